@@ -1,0 +1,75 @@
+#include "pmem/media_read.h"
+
+#include <atomic>
+#include <csetjmp>
+#include <csignal>
+#include <cstring>
+#include <mutex>
+
+namespace pcached::pmem {
+
+namespace {
+
+// Per-thread state of the copy in progress. Plain pointers only: the handler reads them, and they
+// must be usable from signal context.
+thread_local sigjmp_buf* t_recovery = nullptr;
+thread_local const char* t_guard_begin = nullptr;
+thread_local const char* t_guard_end = nullptr;
+thread_local const void* t_fault = nullptr;
+
+struct sigaction g_previous_action;
+
+void on_sigbus(int signo, siginfo_t* info, void* context) {
+  const char* address = static_cast<const char*>(info->si_addr);
+  if (t_recovery != nullptr && address >= t_guard_begin && address < t_guard_end) {
+    t_fault = address;
+    siglongjmp(*t_recovery, 1);
+  }
+  // Not a guarded pmem read: behave as if we had never been installed.
+  if (g_previous_action.sa_flags & SA_SIGINFO) {
+    g_previous_action.sa_sigaction(signo, info, context);
+    return;
+  }
+  if (g_previous_action.sa_handler != SIG_DFL && g_previous_action.sa_handler != SIG_IGN) {
+    g_previous_action.sa_handler(signo);
+    return;
+  }
+  signal(SIGBUS, SIG_DFL);
+  raise(SIGBUS);
+}
+
+void install_handler_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction action {};
+    action.sa_sigaction = on_sigbus;
+    sigemptyset(&action.sa_mask);
+    // SA_NODEFER keeps SIGBUS unblocked after we siglongjmp out of the handler, so the jump
+    // buffer need not save the signal mask (sigsetjmp(.., 0) costs no syscall per read).
+    action.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+    sigaction(SIGBUS, &action, &g_previous_action);
+  });
+}
+
+}  // namespace
+
+bool guarded_copy(void* dst, const void* src, size_t len, const void** fault_address) {
+  install_handler_once();
+  sigjmp_buf recovery;
+  if (sigsetjmp(recovery, 0) != 0) {
+    t_recovery = nullptr;
+    *fault_address = t_fault;
+    return false;
+  }
+  t_guard_begin = static_cast<const char*>(src);
+  t_guard_end = t_guard_begin + len;
+  t_recovery = &recovery;
+  // The fences keep the compiler from moving the copy outside the window the handler watches.
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  std::memcpy(dst, src, len);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  t_recovery = nullptr;
+  return true;
+}
+
+}  // namespace pcached::pmem

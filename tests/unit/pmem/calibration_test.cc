@@ -1,0 +1,94 @@
+#include <catch2/catch.hpp>
+#include <thread>
+
+#include "pcached/calibration.h"
+#include "pcached/pmem_writer.h"
+#include "pmem/cpu_features.h"
+#include "support/scratch_file.h"
+
+using namespace pcached;
+using namespace pcached::pmem;
+using pcached::testing::EmulatedPmem;
+
+namespace {
+
+constexpr uint64_t kScratch = 32 * MiB;
+
+// A probe that does the real copy, and does it `slowdown` times for the handicapped method.
+CopyProbe handicapped_probe(PmemWriter& writer, CopyMethod slow, int slowdown) {
+  return [&writer, slow, slowdown](CopyMethod method, uint64_t offset, const void* src, size_t len) {
+    const int repeats = method == slow ? slowdown : 1;
+    for (int i = 0; i < repeats; ++i) writer.copy_nodrain(offset, src, len, method);
+    writer.drain();
+  };
+}
+
+CalibrationOptions options_for(std::vector<CopyMethod> methods) {
+  CalibrationOptions options;
+  options.scratch_length = kScratch;
+  options.budget = std::chrono::seconds(30);
+  options.rounds = 3;
+  options.methods = std::move(methods);
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("calibration picks the other method when one is artificially slowed", "[pmem][calibration]") {
+  REQUIRE(cpu_features().clflushopt);
+  EmulatedPmem pmem(kScratch);
+  CopyPolicy policy(PolicyTable{}, "test");
+  PmemWriter writer(*pmem.region, policy);
+  writer.fill_nodrain(0, 0, kScratch);
+  writer.drain();
+  const std::vector<CopyMethod> pair = {CopyMethod::NonTemporal, CopyMethod::Clflushopt};
+
+  for (CopyMethod slowed : pair) {
+    INFO("slowed " << to_string(slowed));
+    const CalibrationReport report = calibrate(handicapped_probe(writer, slowed, 4), options_for(pair));
+    REQUIRE(report.complete());
+    for (size_t i = 0; i < kSizeClassCount; ++i) {
+      INFO("size class " << size_class_bytes(i));
+      CHECK(report.chosen[i] != slowed);
+      CHECK(report.mib_per_s[i][static_cast<size_t>(slowed)] > 0.0);
+    }
+  }
+}
+
+TEST_CASE("calibration on a region measures every supported method for every size class", "[pmem][calibration]") {
+  EmulatedPmem pmem(kScratch);
+  CopyPolicy policy(PolicyTable{}, "test");
+  PmemWriter writer(*pmem.region, policy);
+  CalibrationOptions options = options_for({});
+  const CalibrationReport report = calibrate_region(writer, options);
+  REQUIRE(report.complete());
+  for (size_t i = 0; i < kSizeClassCount; ++i) {
+    CHECK(cpu_features().supports(report.chosen[i]));
+    double best = 0.0;
+    for (CopyMethod method : kAllCopyMethods) {
+      const double mib_s = report.mib_per_s[i][static_cast<size_t>(method)];
+      CHECK((mib_s > 0.0) == cpu_features().supports(method));
+      best = std::max(best, mib_s);
+    }
+    // The choice is the fastest measured method.
+    CHECK(report.mib_per_s[i][static_cast<size_t>(report.chosen[i])] == best);
+  }
+}
+
+TEST_CASE("calibration stops when its budget is spent and fills the rest", "[pmem][calibration]") {
+  const auto sleepy = [](CopyMethod, uint64_t, const void*, size_t) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  };
+  CalibrationOptions options = options_for({CopyMethod::NonTemporal, CopyMethod::Clwb});
+  options.budget = std::chrono::milliseconds(50);
+  const auto start = std::chrono::steady_clock::now();
+  const CalibrationReport report = calibrate(sleepy, options);
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  CHECK_FALSE(report.complete());
+  CHECK(report.classes_measured < kSizeClassCount);
+  // Unmeasured classes carry the last measured choice (or the first method when none was measured).
+  const CopyMethod fill = report.classes_measured > 0 ? report.chosen[report.classes_measured - 1] : CopyMethod::NonTemporal;
+  for (size_t i = report.classes_measured; i < kSizeClassCount; ++i) CHECK(report.chosen[i] == fill);
+  // Without the budget the sleeps alone would take minutes.
+  CHECK(elapsed < std::chrono::seconds(10));
+}
