@@ -27,7 +27,7 @@ CalibrationOptions options_for(std::vector<CopyMethod> methods) {
   CalibrationOptions options;
   options.scratch_length = kScratch;
   options.budget = std::chrono::seconds(30);
-  options.rounds = 3;
+  options.rounds = 5;
   options.methods = std::move(methods);
   return options;
 }
@@ -45,7 +45,7 @@ TEST_CASE("calibration picks the other method when one is artificially slowed", 
 
   for (CopyMethod slowed : pair) {
     INFO("slowed " << to_string(slowed));
-    const CalibrationReport report = calibrate(handicapped_probe(writer, slowed, 4), options_for(pair));
+    const CalibrationReport report = calibrate(handicapped_probe(writer, slowed, 10), options_for(pair));
     REQUIRE(report.complete());
     for (size_t i = 0; i < kSizeClassCount; ++i) {
       INFO("size class " << size_class_bytes(i));

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs every test of pcached: installs what is missing, builds, runs the suite in the normal
+# build and again with ASan+UBSan. Exits non-zero if anything failed or did not run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup.sh --deps
+
+run_suite() {
+  local dir=$1
+  shift
+  if [[ ! -f "$dir/build.ninja" ]]; then
+    meson setup "$dir" "$@"
+  fi
+  rm -f "$dir/meson-logs/testlog.json"  # a failed build must not leave an old result to count
+  meson compile -C "$dir"
+  meson test -C "$dir" --print-errorlogs --num-processes 2
+}
+
+status=0
+run_suite build --buildtype=debugoptimized || status=1
+# Sanitizers: b_lundef=false because the sanitizer runtimes resolve symbols at load time.
+run_suite build-asan --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false || status=1
+
+# One closing line over both builds, counted from meson's own logs.
+python3 - <<'PY'
+import json, pathlib
+passed = failed = 0
+for log in ("build/meson-logs/testlog.json", "build-asan/meson-logs/testlog.json"):
+    path = pathlib.Path(log)
+    if not path.exists():
+        failed += 1
+        continue
+    for line in path.read_text().splitlines():
+        result = json.loads(line)["result"]
+        if result == "OK":
+            passed += 1
+        else:
+            failed += 1
+print(f"tests: {passed} passed, {failed} failed")
+PY
+exit $status
