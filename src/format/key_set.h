@@ -1,0 +1,64 @@
+// Keys and key sets: the journal's records. A key says "these sectors now hold the data at this
+// place in the region" (or "are zero", or "were discarded"), with the sequence number that orders
+// it against every other key of the cache. A key set is a batch of keys of one journal, written
+// and checksummed as one record; a link record ends a journal segment and names the next one.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "format/layout.h"
+#include "pcached/status.h"
+
+namespace pcached::format {
+
+enum class KeyKind : uint8_t {
+  Write = 1,    // sectors hold data at (segment, offset)
+  Zero = 2,     // sectors read as zeros (write-zeroes); no data in the region
+  Discard = 3,  // sectors are no longer cached; their content is undefined
+};
+
+inline constexpr uint32_t kMaxKeySectors = (1u << 28) - 1;
+
+struct Key {
+  uint64_t sector = 0;   // first logical sector (512 bytes)
+  uint32_t sectors = 0;  // length in sectors, 1 .. kMaxKeySectors
+  KeyKind kind = KeyKind::Write;
+  uint64_t seq = 0;
+  // Write only: where the data is. offset_sectors counts from the start of the segment.
+  uint32_t segment = 0;
+  uint32_t offset_sectors = 0;
+  uint32_t generation = 0;  // of the data segment when the data was written
+  bool operator==(const Key&) const = default;
+};
+
+enum class KeySetKind : uint16_t { Keys = 1, Link = 2 };
+
+struct KeySetHeader {
+  KeySetKind kind = KeySetKind::Keys;
+  uint16_t count = 0;
+  uint32_t journal_generation = 0;  // of the journal segment it is written in
+  uint64_t first_seq = 0;           // Keys: keys[0].seq
+  uint32_t link_segment = 0;        // Link: the journal's next segment
+  uint32_t link_generation = 0;
+};
+
+constexpr size_t encoded_key_set_size(size_t keys) {
+  return (kKeySetHeaderSize + keys * kKeySize + kKeySetAlignment - 1) / kKeySetAlignment * kKeySetAlignment;
+}
+
+// Writes a key set of 1..kMaxKeysPerSet keys (sequence numbers strictly increasing) into out,
+// which must hold encoded_key_set_size(keys.size()) bytes; returns the bytes written.
+size_t encode_keys(std::span<const Key> keys, uint32_t journal_generation, uint32_t salt, std::span<std::byte> out);
+size_t encode_link(uint32_t next_segment, uint32_t next_generation, uint32_t journal_generation, uint32_t salt,
+                   std::span<std::byte> out);
+
+// Decodes the key set at the start of in (in may extend past it). ENODATA: no key set here for
+// this journal generation (the end of the journal); EBADMSG: a damaged or inconsistent record.
+// Keys are appended to keys.
+Result<KeySetHeader> decode_key_set(std::span<const std::byte> in, uint32_t journal_generation, uint32_t salt,
+                                    std::vector<Key>& keys);
+
+}  // namespace pcached::format

@@ -1,0 +1,59 @@
+// The on-media layout of a pcached cache region: where every structure lives, how big it is, and
+// its magic number. The prose is in docs/format.md. Everything is little-endian; every structure
+// carries a CRC32C seeded with the cache's salt (derived from its UUID), so structures left over
+// from an earlier format of the same region never validate.
+//
+//   0      4K     8K      12K     16K            2M               10M
+//   | SB 0 | SB 1 | CTL 0 | CTL 1 | (reserved)  | copy calibration | segment 0 | segment 1 | ...
+//                                               | scratch (8 MiB)  |
+//
+// A segment starts with a 4 KiB header block; a data segment holds request data after it, a
+// journal segment holds key sets (64-byte aligned) after it.
+#pragma once
+
+#include <cstdint>
+
+#include "pcached/units.h"
+
+namespace pcached::format {
+
+inline constexpr uint32_t kFormatVersion = 1;
+
+inline constexpr uint64_t kBlockSize = 4096;
+inline constexpr uint64_t kSectorSize = 512;
+inline constexpr unsigned kSectorShift = 9;
+
+// Superblock: two identical copies, written one after the other.
+inline constexpr uint64_t kSuperblockOffsets[2] = {0, 4 * KiB};
+inline constexpr size_t kSuperblockSize = 256;  // encoded bytes inside its 4 KiB block
+inline constexpr char kSuperblockMagic[8] = {'P', 'C', 'A', 'C', 'H', 'E', 'D', '1'};
+
+// Control area: two slots, the valid one with the higher update sequence is current.
+inline constexpr uint64_t kControlOffsets[2] = {8 * KiB, 12 * KiB};
+inline constexpr uint32_t kControlMagic = 0x4c544350;  // "PCTL"
+inline constexpr uint32_t kMaxJournals = 64;
+inline constexpr size_t kControlSize = 48 + kMaxJournals * 8;
+
+inline constexpr uint64_t kScratchOffset = 2 * MiB;
+inline constexpr uint64_t kScratchLength = 8 * MiB;
+inline constexpr uint64_t kDataStart = kScratchOffset + kScratchLength;
+
+// Segments.
+inline constexpr uint64_t kDefaultSegmentSize = 16 * MiB;
+inline constexpr uint64_t kMinSegmentSize = 1 * MiB;
+inline constexpr uint64_t kMaxSegmentSize = 1 * GiB;
+inline constexpr uint64_t kSegmentHeaderSize = kBlockSize;
+inline constexpr uint32_t kSegmentMagic = 0x47455350;  // "PSEG"
+inline constexpr size_t kSegmentHeaderEncodedSize = 32;
+
+// Key sets: a 32-byte header and 32-byte keys, padded to whole cache lines.
+inline constexpr uint32_t kKeySetMagic = 0x534b4350;  // "PCKS"
+inline constexpr size_t kKeySetHeaderSize = 32;
+inline constexpr size_t kKeySize = 32;
+inline constexpr size_t kKeySetAlignment = 64;
+inline constexpr uint16_t kMaxKeysPerSet = 127;  // 32 + 127 * 32 = 4096 bytes
+
+// The smallest region that can hold a cache: the fixed area plus a handful of segments.
+inline constexpr uint32_t kMinSegments = 8;
+
+}  // namespace pcached::format

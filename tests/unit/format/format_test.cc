@@ -1,0 +1,223 @@
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "format/control_area.h"
+#include "format/crc32c.h"
+#include "format/key_set.h"
+#include "format/segment_header.h"
+#include "format/superblock.h"
+
+using namespace pcached;
+using namespace pcached::format;
+
+namespace {
+
+Superblock sample_superblock() {
+  Superblock sb;
+  for (size_t i = 0; i < sb.uuid.size(); ++i) sb.uuid[i] = static_cast<uint8_t>(i * 17 + 3);
+  sb.created_unix = 1790000000;
+  sb.region_size = 1 * GiB;
+  sb.segment_size = 16 * MiB;
+  sb.segment_count = static_cast<uint32_t>((sb.region_size - kDataStart) / sb.segment_size);
+  sb.mode = CacheMode::Writeback;
+  sb.backing = {BackingKind::BlockDevice, 4096, 0x10300, 0, 100 * GiB};
+  return sb;
+}
+
+std::vector<Key> sample_keys(size_t n, uint64_t first_seq) {
+  std::vector<Key> keys;
+  for (size_t i = 0; i < n; ++i) {
+    Key key;
+    key.sector = 1000 + i * 8;
+    key.sectors = static_cast<uint32_t>(8 + i);
+    key.kind = i % 3 == 0 ? KeyKind::Write : (i % 3 == 1 ? KeyKind::Zero : KeyKind::Discard);
+    key.seq = first_seq + i * 2;
+    key.segment = static_cast<uint32_t>(i);
+    key.offset_sectors = static_cast<uint32_t>(8 * i + 8);
+    key.generation = 77;
+    keys.push_back(key);
+  }
+  return keys;
+}
+
+}  // namespace
+
+TEST_CASE("crc32c matches the Castagnoli check value and composes", "[format][crc]") {
+  const std::string check = "123456789";
+  CHECK(crc32c(0, check.data(), check.size()) == 0xE3069283u);
+  CHECK(crc32c(0, nullptr, 0) == 0);
+  const uint32_t whole = crc32c(0, check.data(), check.size());
+  CHECK(crc32c(crc32c(0, check.data(), 4), check.data() + 4, 5) == whole);
+  std::vector<unsigned char> zeros(32, 0);
+  CHECK(crc32c(0, zeros.data(), zeros.size()) == 0x8A9136AAu);  // RFC 3720 B.4
+}
+
+TEST_CASE("a superblock round-trips and every flipped byte is caught", "[format][superblock]") {
+  const Superblock sb = sample_superblock();
+  std::array<std::byte, kSuperblockSize> bytes;
+  encode_superblock(sb, bytes);
+  auto decoded = decode_superblock(bytes);
+  REQUIRE(decoded.ok());
+  CHECK(decoded.value() == sb);
+
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    auto copy = bytes;
+    copy[i] ^= std::byte{0x40};
+    auto damaged = decode_superblock(copy);
+    INFO("byte " << i);
+    REQUIRE_FALSE(damaged.ok());
+    // Flips in the magic make it foreign, flips in the version may make it look newer; the rest
+    // are checksum failures.
+    if (i >= 16) CHECK(damaged.status().code() == kCorrupt);
+  }
+}
+
+TEST_CASE("a superblock tells blank, foreign, newer and invalid apart", "[format][superblock]") {
+  std::array<std::byte, kSuperblockSize> bytes{};
+  CHECK(decode_superblock(bytes).status().code() == kBlank);
+
+  std::memcpy(bytes.data(), "\x7f" "ELF", 4);
+  CHECK(decode_superblock(bytes).status().code() == kForeign);
+
+  Superblock newer = sample_superblock();
+  newer.version = kFormatVersion + 1;
+  encode_superblock(newer, bytes);
+  auto refused = decode_superblock(bytes);
+  CHECK(refused.status().code() == kNewerVersion);
+  CHECK(refused.status().message().find("newer pcached") != std::string::npos);
+
+  Superblock odd = sample_superblock();
+  odd.segment_size = 3 * MiB;
+  encode_superblock(odd, bytes);
+  CHECK(decode_superblock(bytes).status().code() == EINVAL);
+
+  Superblock overfull = sample_superblock();
+  overfull.segment_count += 1;
+  encode_superblock(overfull, bytes);
+  CHECK(decode_superblock(bytes).status().message().find("do not fit") != std::string::npos);
+}
+
+TEST_CASE("the control area round-trips, is salted, and the newer valid slot wins", "[format][control]") {
+  ControlArea a;
+  a.update_seq = 7;
+  a.clean_horizon = 100;
+  a.next_seq = 150;
+  a.flags = ControlArea::kCleanShutdown;
+  a.journals[0] = {12, 3};
+  a.journals[5] = {40, 9};
+  const uint32_t salt = 0xC0FFEE;
+  std::array<std::byte, kControlSize> bytes;
+  encode_control_area(a, salt, bytes);
+  REQUIRE(decode_control_area(bytes, salt).ok());
+  CHECK(decode_control_area(bytes, salt).value() == a);
+  CHECK_FALSE(decode_control_area(bytes, salt + 1).ok());  // another format's control area
+
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    auto copy = bytes;
+    copy[i] ^= std::byte{1};
+    INFO("byte " << i);
+    CHECK_FALSE(decode_control_area(copy, salt).ok());
+  }
+
+  ControlArea b = a;
+  b.update_seq = 8;
+  b.clean_horizon = 120;
+  auto current = pick_current_control(a, b);
+  REQUIRE(current.ok());
+  CHECK(current->slot == 1);
+  CHECK(current->control.clean_horizon == 120);
+  Result<ControlArea> broken = Status::error(EBADMSG, "checksum mismatch");
+  CHECK(pick_current_control(a, broken)->slot == 0);
+  CHECK(pick_current_control(broken, b)->slot == 1);
+  auto neither = pick_current_control(broken, broken);
+  REQUIRE_FALSE(neither.ok());
+  CHECK(neither.status().message().find("both slots are damaged") != std::string::npos);
+}
+
+TEST_CASE("segment headers round-trip and reject damage", "[format][segment]") {
+  const SegmentHeader header{SegmentType::Journal, 41, 17, 3};
+  std::array<std::byte, kSegmentHeaderEncodedSize> bytes;
+  encode_segment_header(header, 99, bytes);
+  CHECK(decode_segment_header(bytes, 99).value() == header);
+  CHECK(decode_segment_header(bytes, 98).status().code() == EBADMSG);
+  std::array<std::byte, kSegmentHeaderEncodedSize> zeros{};
+  CHECK(decode_segment_header(zeros, 99).status().code() == ENODATA);
+  for (size_t i = 4; i < bytes.size(); ++i) {
+    auto copy = bytes;
+    copy[i] ^= std::byte{0x10};
+    CHECK(decode_segment_header(copy, 99).status().code() == EBADMSG);
+  }
+}
+
+TEST_CASE("key sets round-trip, pad to cache lines, and end or fail cleanly", "[format][keyset]") {
+  const uint32_t salt = 1234, generation = 5;
+  CHECK(encoded_key_set_size(1) == 64);
+  CHECK(encoded_key_set_size(2) == 128);
+  CHECK(encoded_key_set_size(kMaxKeysPerSet) == 4096);
+
+  for (size_t n : {size_t{1}, size_t{2}, size_t{3}, size_t{kMaxKeysPerSet}}) {
+    INFO(n << " keys");
+    const std::vector<Key> keys = sample_keys(n, 500);
+    std::vector<std::byte> buffer(encoded_key_set_size(n) + 64, std::byte{0xEE});
+    REQUIRE(encode_keys(keys, generation, salt, buffer) == encoded_key_set_size(n));
+    std::vector<Key> decoded;
+    auto header = decode_key_set(buffer, generation, salt, decoded);
+    REQUIRE(header.ok());
+    CHECK(header->kind == KeySetKind::Keys);
+    CHECK(header->count == n);
+    CHECK(decoded == keys);
+    CHECK(decode_key_set(buffer, generation + 1, salt, decoded).status().code() == ENODATA);
+  }
+
+  const std::vector<Key> keys = sample_keys(3, 9);
+  std::vector<std::byte> buffer(encoded_key_set_size(3));
+  encode_keys(keys, generation, salt, buffer);
+  for (size_t i = 0; i < buffer.size(); ++i) {
+    auto copy = buffer;
+    copy[i] ^= std::byte{0x08};
+    std::vector<Key> out;
+    auto damaged = decode_key_set(copy, generation, salt, out);
+    INFO("byte " << i);
+    REQUIRE_FALSE(damaged.ok());
+    CHECK(out.empty());
+  }
+  std::vector<Key> out;
+  CHECK(decode_key_set(std::span(buffer).first(100), generation, salt, out).status().code() == EBADMSG);
+  std::vector<std::byte> zeros(64);
+  CHECK(decode_key_set(zeros, generation, salt, out).status().code() == ENODATA);
+}
+
+TEST_CASE("a link record names the next segment", "[format][keyset]") {
+  std::vector<std::byte> buffer(64);
+  REQUIRE(encode_link(33, 8, 2, 77, buffer) == 64);
+  std::vector<Key> keys;
+  auto header = decode_key_set(buffer, 2, 77, keys);
+  REQUIRE(header.ok());
+  CHECK(header->kind == KeySetKind::Link);
+  CHECK(header->link_segment == 33);
+  CHECK(header->link_generation == 8);
+  CHECK(keys.empty());
+}
+
+TEST_CASE("decoders survive random bytes", "[format][robustness]") {
+  std::mt19937_64 rng(2026);
+  std::vector<Key> keys;
+  for (int round = 0; round < 20000; ++round) {
+    std::array<std::byte, kSuperblockSize> bytes;
+    for (auto& b : bytes) b = static_cast<std::byte>(rng());
+    if (round % 2 == 0) std::memcpy(bytes.data(), kSuperblockMagic, sizeof kSuperblockMagic);
+    CHECK_FALSE(decode_superblock(bytes).ok());
+    std::vector<std::byte> record(static_cast<size_t>(rng() % 300));
+    for (auto& b : record) b = static_cast<std::byte>(rng());
+    if (record.size() >= 4 && round % 2 == 0) {
+      const uint32_t magic = kKeySetMagic;
+      std::memcpy(record.data(), &magic, 4);
+    }
+    keys.clear();
+    auto decoded = decode_key_set(record, 0, 0, keys);
+    if (!decoded.ok()) CHECK(keys.empty());
+  }
+}
