@@ -11,7 +11,7 @@ packages=(
   g++ clang libclang-rt-14-dev meson ninja-build pkg-config python3
   # libraries named by the design
   liburing-dev libpmem2-dev libndctl-dev libdaxctl-dev libspdlog-dev libfmt-dev libcli11-dev
-  nlohmann-json3-dev catch2
+  nlohmann-json3-dev catch2 libabsl-dev
 )
 
 missing=()

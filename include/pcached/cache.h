@@ -1,0 +1,129 @@
+// The cache engine: a pmem region and a backing device make a cached block device. It runs
+// without ublk: a frontend (the ublk server, or the in-process frontend of tests and benchmarks)
+// creates one CacheQueue per queue thread and submits requests on it.
+//
+// Guarantees (docs/design.md, invariants 1-8): a write is acknowledged only when its data and key
+// are persistent on pmem; after any crash recovery rebuilds every acknowledged write; reads never
+// return data older than the latest acknowledged write; data is clean only once it is on the
+// backing device and the backing device was flushed.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "pcached/copy_policy.h"
+#include "pcached/status.h"
+#include "pcached/units.h"
+
+namespace pcached::io {
+class Ring;
+}
+
+namespace pcached::pmem {
+class PersistObserver;
+}
+
+namespace pcached::backing {
+struct FaultInjection;
+}
+
+namespace pcached::cache {
+
+struct CacheOptions {
+  std::string region_path;
+  std::string backing_path;
+  // Format a blank region, or one holding something other than pcached. A region that holds a
+  // pcached cache is formatted only with force as well.
+  bool format = false;
+  // Attach although the superblock records another backing device (same size), or format over an
+  // existing cache.
+  bool force = false;
+  bool allow_volatile_region = false;  // a page-granularity (non-DAX) region, for tests and demos
+  uint64_t segment_size = 16 * MiB;    // used when formatting
+  unsigned gc_threshold_percent = 70;  // GC reclaims clean segments above this share in use (0-90)
+  bool read_miss_fill = true;
+  pmem::CopyPolicySettings copy_policy;  // scratch area is filled in by the engine
+  // Tests: observe every pmem store, flush and fence (the persistence simulator).
+  pmem::PersistObserver* persist_observer = nullptr;
+  std::chrono::milliseconds writeback_interval{5};
+};
+
+enum class Op { Read, Write, Flush, Discard, WriteZeroes };
+
+struct Request {
+  Op op = Op::Read;
+  uint64_t sector = 0;   // 512-byte units
+  uint32_t sectors = 0;  // 0 for Flush
+  std::byte* buffer = nullptr;  // Read: filled; Write: read; aligned to the logical block size
+  bool fua = false;
+};
+
+class RequestCompletion {
+ public:
+  // result: bytes transferred (Read/Write), 0 (others), or a negative errno.
+  virtual void complete(int result) = 0;
+
+ protected:
+  ~RequestCompletion() = default;
+};
+
+struct CacheStats {
+  uint64_t capacity_bytes = 0;  // the data area of the region
+  uint64_t device_bytes = 0;    // the backing device: the size of the cached block device
+  uint32_t logical_block_size = 512;
+  uint64_t cached_bytes = 0;
+  uint64_t dirty_bytes = 0;
+  uint64_t extents = 0;
+  uint32_t segments_total = 0, segments_free = 0, segments_data = 0, segments_journal = 0;
+  uint64_t clean_horizon = 0, next_seq = 0;
+
+  uint64_t reads = 0, read_hits = 0, read_partial_hits = 0, read_misses = 0, read_bytes = 0;
+  uint64_t writes = 0, write_bytes = 0, discards = 0, write_zeroes = 0, flushes = 0;
+  uint64_t fills = 0, fill_bytes = 0;
+  uint64_t writeback_bytes = 0, writeback_batches = 0, writeback_errors = 0;
+  uint64_t backing_read_errors = 0, media_errors = 0;
+  uint64_t gc_runs = 0, segments_reclaimed = 0, writer_waits = 0;
+  double recovery_seconds = 0;
+  uint64_t recovered_keys = 0;
+  bool writeback_stalled = false;  // the last writeback attempt failed; retrying with backoff
+};
+
+class Cache;
+
+// The engine's side of one queue: owned by, and used only from, one queue thread. Backing-device
+// I/O is submitted on the thread's ring; the thread's loop dispatches its completions.
+class CacheQueue {
+ public:
+  virtual ~CacheQueue() = default;
+  virtual void submit(const Request& request, RequestCompletion* completion) = 0;
+  virtual unsigned index() const = 0;
+};
+
+class Cache {
+ public:
+  static Result<std::unique_ptr<Cache>> open(const CacheOptions& options);
+  virtual ~Cache() = default;
+
+  virtual Result<std::unique_ptr<CacheQueue>> create_queue(io::Ring& ring) = 0;
+
+  // Writes back every dirty sector and waits until the backing device holds it all (no queue may
+  // submit meanwhile).
+  virtual Status flush_all() = 0;
+  // Ends the cache's use of the region: with write-back, every dirty sector goes to the backing
+  // device and the cache is marked clean; forced, dirty data stays on pmem for a later attach.
+  // Queues must be destroyed first. Nothing may be called afterwards.
+  virtual Status detach(bool force) = 0;
+  // Stops background work without writing anything more (a crash, as far as the media can tell).
+  virtual void abandon() = 0;
+
+  virtual CacheStats stats() const = 0;
+  virtual uint64_t device_sectors() const = 0;
+  virtual uint32_t logical_block_size() const = 0;
+  virtual std::string copy_policy_description() const = 0;
+  // Makes the backing device fail on purpose: tests and fault drills.
+  virtual backing::FaultInjection& backing_faults() = 0;
+};
+
+}  // namespace pcached::cache

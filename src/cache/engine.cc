@@ -1,0 +1,418 @@
+#include "cache/engine.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/sysmacros.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <ctime>
+#include <random>
+
+#include "cache/queue.h"
+#include "cache/writeback.h"
+#include "format/layout.h"
+#include "format/segment_header.h"
+
+namespace pcached::cache {
+
+namespace {
+
+using format::Superblock;
+
+std::string describe_backing(const format::BackingRecord& record) {
+  const std::string size = format_size(record.size);
+  if (record.kind == format::BackingKind::BlockDevice) {
+    return "block device " + std::to_string(major(record.device)) + ":" + std::to_string(minor(record.device)) + " of " +
+           size;
+  }
+  return "file (device " + std::to_string(major(record.device)) + ":" + std::to_string(minor(record.device)) +
+         ", inode " + std::to_string(record.inode) + ") of " + size;
+}
+
+std::string uuid_text(const std::array<uint8_t, 16>& uuid) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string text;
+  for (size_t i = 0; i < uuid.size(); ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) text += '-';
+    text += kHex[uuid[i] >> 4];
+    text += kHex[uuid[i] & 15];
+  }
+  return text;
+}
+
+Result<Superblock> read_superblock_copy(const pmem::Region& region, unsigned copy) {
+  std::array<std::byte, format::kSuperblockSize> bytes;
+  if (Status status = region.read(format::kSuperblockOffsets[copy], bytes.data(), bytes.size()); !status.ok()) {
+    return status;
+  }
+  return format::decode_superblock(bytes);
+}
+
+void write_superblock_copy(pmem::PmemWriter& writer, const Superblock& superblock, unsigned copy) {
+  std::array<std::byte, format::kSuperblockSize> bytes;
+  format::encode_superblock(superblock, bytes);
+  writer.copy_persist(format::kSuperblockOffsets[copy], bytes.data(), bytes.size());
+}
+
+Result<Superblock> format_region(const CacheOptions& options, const pmem::Region& region,
+                                 const backing::BackingDevice& backing, pmem::PmemWriter& writer) {
+  const std::string& path = region.path();
+  Superblock sb;
+  std::random_device entropy;
+  for (uint8_t& byte : sb.uuid) byte = static_cast<uint8_t>(entropy());
+  sb.created_unix = static_cast<uint64_t>(std::time(nullptr));
+  sb.region_size = region.size();
+  sb.segment_size = options.segment_size;
+  if (!std::has_single_bit(sb.segment_size) || sb.segment_size < format::kMinSegmentSize ||
+      sb.segment_size > format::kMaxSegmentSize) {
+    return Status::error(EINVAL, "segment size " + std::to_string(sb.segment_size) +
+                                     " must be a power of two between 1 MiB and 1 GiB");
+  }
+  const uint64_t segments = (region.size() - format::kDataStart) / sb.segment_size;
+  if (region.size() <= format::kDataStart || segments < format::kMinSegments) {
+    return Status::error(ENOSPC, "pmem region " + path + " of " + format_size(region.size()) + " is too small for " +
+                                     std::to_string(format::kMinSegments) + " segments of " +
+                                     format_size(sb.segment_size) + " (needs at least " +
+                                     format_size(format::kDataStart + format::kMinSegments * sb.segment_size) + ")");
+  }
+  sb.segment_count = static_cast<uint32_t>(std::min<uint64_t>(segments, UINT32_MAX - 1));
+  sb.backing = backing.record();
+
+  // Ordering: headers and the control area first, the superblock copies last. A format that is
+  // cut short leaves no valid superblock, so it cannot be mistaken for a cache.
+  for (unsigned copy = 0; copy < 2; ++copy) writer.fill_nodrain(format::kSuperblockOffsets[copy], 0, format::kBlockSize);
+  writer.drain();
+  for (uint32_t segment = 0; segment < sb.segment_count; ++segment) {
+    write_segment_header(writer, sb, segment, {format::SegmentType::Free, 0, segment, 0});
+  }
+  format::ControlArea control;
+  control.update_seq = 1;
+  control.clean_horizon = 1;
+  control.next_seq = 1;
+  ControlStore::initialise(writer, sb, control);
+  write_superblock_copy(writer, sb, 0);
+  write_superblock_copy(writer, sb, 1);
+  spdlog::info("pmem region {}: formatted cache {}: {} segments of {}, backing {}", path, uuid_text(sb.uuid),
+               sb.segment_count, format_size(sb.segment_size), describe_backing(sb.backing));
+  return sb;
+}
+
+Status check_backing(const CacheOptions& options, const Superblock& sb, const backing::BackingDevice& backing) {
+  const format::BackingRecord now = backing.record();
+  const std::string prefix = "pmem region " + options.region_path + ": ";
+  if (now.size < sb.backing.size) {
+    return Status::error(ENOSPC, prefix + "backing device " + backing.path() + " is " + format_size(now.size) +
+                                     ", smaller than the " + format_size(sb.backing.size) + " this cache was made for");
+  }
+  if (now.logical_block_size != sb.backing.logical_block_size) {
+    return Status::error(EINVAL, prefix + "backing device " + backing.path() + " has " +
+                                     std::to_string(now.logical_block_size) + "-byte blocks; the cache was made for " +
+                                     std::to_string(sb.backing.logical_block_size));
+  }
+  if (!(now == sb.backing) && !options.force) {
+    return Status::error(EXDEV, prefix + "the cache belongs to backing " + describe_backing(sb.backing) + ", but " +
+                                    backing.path() + " is " + describe_backing(now) +
+                                    "; use --force only if that is the same device under a new number");
+  }
+  return Status();
+}
+
+}  // namespace
+
+void QueueCounters::add_to(CacheStats& s) const {
+  auto get = [](const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); };
+  s.reads += get(reads);
+  s.read_hits += get(read_hits);
+  s.read_partial_hits += get(read_partial_hits);
+  s.read_misses += get(read_misses);
+  s.read_bytes += get(read_bytes);
+  s.writes += get(writes);
+  s.write_bytes += get(write_bytes);
+  s.discards += get(discards);
+  s.write_zeroes += get(write_zeroes);
+  s.flushes += get(flushes);
+  s.fills += get(fills);
+  s.fill_bytes += get(fill_bytes);
+  s.backing_read_errors += get(backing_read_errors);
+  s.media_errors += get(media_errors);
+}
+
+Result<std::unique_ptr<Cache>> Cache::open(const CacheOptions& options) {
+  auto engine = Engine::open(options);
+  if (!engine.ok()) return engine.status();
+  return std::unique_ptr<Cache>(std::move(engine.value()));
+}
+
+Engine::Engine(const CacheOptions& options, std::unique_ptr<pmem::Region> region,
+               std::unique_ptr<backing::BackingDevice> backing, std::unique_ptr<pmem::CopyPolicy> policy,
+               const Superblock& superblock)
+    : options_(options),
+      region_(std::move(region)),
+      backing_(std::move(backing)),
+      policy_(std::move(policy)),
+      superblock_(superblock),
+      segments_(std::make_unique<SegmentTable>(superblock.segment_count)) {}
+
+Engine::~Engine() { stop_background(); }
+
+Result<Superblock> Engine::load_or_format(const CacheOptions& options, const pmem::Region& region,
+                                          const backing::BackingDevice& backing, pmem::PmemWriter& writer) {
+  const std::string& path = region.path();
+  Result<Superblock> copies[2] = {read_superblock_copy(region, 0), read_superblock_copy(region, 1)};
+  const bool any_pcached = std::any_of(std::begin(copies), std::end(copies), [](const Result<Superblock>& copy) {
+    return copy.ok() || copy.status().code() == format::kCorrupt || copy.status().code() == format::kNewerVersion;
+  });
+
+  if (options.format) {
+    if (any_pcached && !options.force) {
+      const std::string what = copies[0].ok()   ? "cache " + uuid_text(copies[0]->uuid) + " for backing " +
+                                                      describe_backing(copies[0]->backing)
+                               : copies[1].ok() ? "cache " + uuid_text(copies[1]->uuid) + " for backing " +
+                                                      describe_backing(copies[1]->backing)
+                                                : "pcached superblock (damaged or from a newer version)";
+      return Status::error(EEXIST, "pmem region " + path + " holds a " + what +
+                                       "; formatting destroys it, including dirty data not yet written back; "
+                                       "add --force to format anyway");
+    }
+    return format_region(options, region, backing, writer);
+  }
+
+  if (copies[0].ok() || copies[1].ok()) {
+    const unsigned good = copies[0].ok() ? 0 : 1;
+    Superblock sb = copies[good].value();
+    if (copies[good ^ 1].ok() && !(copies[good ^ 1].value() == sb)) {
+      return Status::error(EBADMSG, "pmem region " + path + ": the two superblock copies disagree; refusing to attach");
+    }
+    if (!copies[good ^ 1].ok()) {
+      spdlog::warn("pmem region {}: superblock copy {} is damaged ({}); rewriting it from copy {}", path, good ^ 1,
+                   copies[good ^ 1].status().message(), good);
+      write_superblock_copy(writer, sb, good ^ 1);
+    }
+    if (sb.region_size > region.size()) {
+      return Status::error(ENOSPC, "pmem region " + path + " is " + format_size(region.size()) +
+                                       ", smaller than the " + format_size(sb.region_size) + " it was formatted with");
+    }
+    if (Status status = check_backing(options, sb, backing); !status.ok()) return status;
+    return sb;
+  }
+
+  const int code0 = copies[0].status().code();
+  const int code1 = copies[1].status().code();
+  if (code0 == format::kNewerVersion || code1 == format::kNewerVersion) {
+    const auto& newer = code0 == format::kNewerVersion ? copies[0] : copies[1];
+    return Status::error(EPROTONOSUPPORT,
+                         "pmem region " + path + ": " + newer.status().message() + "; upgrade pcached to attach it");
+  }
+  if (code0 == format::kBlank && code1 == format::kBlank) {
+    return Status::error(ENODATA, "pmem region " + path + " is blank: it holds no cache; format it (--format) to create one");
+  }
+  if (code0 == format::kCorrupt || code1 == format::kCorrupt) {
+    return Status::error(EBADMSG, "pmem region " + path + ": both superblock copies are damaged (copy 0: " +
+                                      copies[0].status().message() + "; copy 1: " + copies[1].status().message() +
+                                      "); refusing to attach");
+  }
+  return Status::error(EMEDIUMTYPE, "pmem region " + path +
+                                        " holds data that is not a pcached cache; nothing was written. --format "
+                                        "overwrites it (destroying that data)");
+}
+
+Result<std::unique_ptr<Engine>> Engine::open(const CacheOptions& options) {
+  if (options.gc_threshold_percent > 90) {
+    return Status::error(EINVAL, "GC threshold " + std::to_string(options.gc_threshold_percent) +
+                                     "% is out of range (0-90)");
+  }
+  pmem::RegionOptions region_options;
+  region_options.path = options.region_path;
+  region_options.allow_volatile = options.allow_volatile_region;
+  region_options.min_size = format::kDataStart + format::kMinSegments * format::kMinSegmentSize;
+  auto region = pmem::Region::open(region_options);
+  if (!region.ok()) return region.status();
+  auto backing = backing::BackingDevice::open(options.backing_path);
+  if (!backing.ok()) return backing.status();
+
+  pmem::CopyPolicySettings policy_settings = options.copy_policy;
+  policy_settings.scratch_offset = format::kScratchOffset;
+  policy_settings.scratch_length = format::kScratchLength;
+  auto policy = pmem::make_copy_policy(*region.value(), policy_settings);
+  if (!policy.ok()) return policy.status();
+
+  pmem::PmemWriter writer(*region.value(), *policy.value(), options.persist_observer);
+  auto superblock = load_or_format(options, *region.value(), *backing.value(), writer);
+  if (!superblock.ok()) return superblock.status();
+
+  auto engine = std::unique_ptr<Engine>(new Engine(options, std::move(region.value()), std::move(backing.value()),
+                                                   std::move(policy.value()), superblock.value()));
+  const auto started = std::chrono::steady_clock::now();
+  if (Status status = engine->recover(); !status.ok()) return status;
+  engine->recovery_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  engine->writeback_ = std::make_unique<Writeback>(*engine);
+  engine->writeback_->start();
+  spdlog::info("cache on {}: attached in {:.3f} s ({} keys replayed), backing {}", options.region_path,
+               engine->recovery_seconds_, engine->recovered_keys_, options.backing_path);
+  return engine;
+}
+
+Result<std::unique_ptr<CacheQueue>> Engine::create_queue(io::Ring& ring) {
+  uint32_t slot = format::kMaxJournals;
+  for (uint32_t i = 0; i < format::kMaxJournals; ++i) {
+    std::lock_guard lock(journals_[i].mutex);
+    if (!journals_[i].in_use) {
+      journals_[i].in_use = true;  // claimed; JournalWriter::start fills in the rest
+      slot = i;
+      break;
+    }
+  }
+  if (slot == format::kMaxJournals) {
+    return Status::error(EBUSY, "cache on " + options_.region_path + ": all " + std::to_string(format::kMaxJournals) +
+                                    " journals are in use (older journals still hold dirty data); retry after writeback");
+  }
+  auto queue = std::make_unique<EngineQueue>(*this, ring, slot);
+  if (Status status = queue->start(); !status.ok()) return status;
+  return std::unique_ptr<CacheQueue>(std::move(queue));
+}
+
+void Engine::register_queue(QueueCounters* counters) {
+  std::lock_guard lock(queues_mutex_);
+  queues_.push_back(counters);
+}
+
+void Engine::unregister_queue(QueueCounters* counters) {
+  std::lock_guard lock(queues_mutex_);
+  CacheStats folded;
+  counters->add_to(folded);
+  auto add = [](std::atomic<uint64_t>& c, uint64_t v) { c.fetch_add(v, std::memory_order_relaxed); };
+  add(retired_.reads, folded.reads);
+  add(retired_.read_hits, folded.read_hits);
+  add(retired_.read_partial_hits, folded.read_partial_hits);
+  add(retired_.read_misses, folded.read_misses);
+  add(retired_.read_bytes, folded.read_bytes);
+  add(retired_.writes, folded.writes);
+  add(retired_.write_bytes, folded.write_bytes);
+  add(retired_.discards, folded.discards);
+  add(retired_.write_zeroes, folded.write_zeroes);
+  add(retired_.flushes, folded.flushes);
+  add(retired_.fills, folded.fills);
+  add(retired_.fill_bytes, folded.fill_bytes);
+  add(retired_.backing_read_errors, folded.backing_read_errors);
+  add(retired_.media_errors, folded.media_errors);
+  std::erase(queues_, counters);
+}
+
+uint64_t Engine::first_pending_seq(uint32_t slot, const JournalPosition& from, const JournalPosition& limit) const {
+  JournalReader reader(*region_, superblock_, slot, from);
+  std::vector<format::Key> keys;
+  return reader.next(keys, &limit) ? keys.front().seq : 0;
+}
+
+uint64_t Engine::compute_horizon() {
+  uint64_t horizon = UINT64_MAX;
+  for (uint32_t slot = 0; slot < format::kMaxJournals; ++slot) {
+    JournalState& journal = journals_[slot];
+    JournalPosition cursor, published;
+    uint64_t bound = UINT64_MAX;
+    {
+      std::lock_guard lock(journal.mutex);
+      if (!journal.in_use) continue;
+      cursor = journal.cursor;
+      published = journal.published;
+      // Sequence numbers are handed out under this mutex, so a journal with nothing in flight
+      // can get no key below the counter as read here.
+      if (journal.inflight_seq != 0) {
+        bound = journal.inflight_seq;
+      } else if (journal.active) {
+        bound = next_seq_.load();
+      }
+    }
+    if (!(cursor == published)) {
+      const uint64_t pending = first_pending_seq(slot, cursor, published);
+      if (pending != 0) bound = std::min(bound, pending);
+    }
+    horizon = std::min(horizon, bound);
+  }
+  if (horizon == UINT64_MAX) horizon = next_seq_.load();
+  return std::max(horizon, clean_horizon_.load());
+}
+
+CacheStats Engine::stats() const {
+  CacheStats s;
+  s.capacity_bytes = uint64_t{superblock_.segment_count} * superblock_.segment_size;
+  s.device_bytes = backing_->size();
+  s.logical_block_size = backing_->logical_block_size();
+  s.cached_bytes = index_.cached_sectors() * format::kSectorSize;
+  s.clean_horizon = clean_horizon_.load();
+  s.next_seq = next_seq_.load();
+  s.dirty_bytes = index_.sectors_at_or_above(s.clean_horizon) * format::kSectorSize;
+  s.extents = index_.extents();
+  s.segments_total = segments_->count();
+  s.segments_free = segments_->free_count();
+  s.segments_data = segments_->count_of(SegmentUse::Data);
+  s.segments_journal = segments_->count_of(SegmentUse::Journal);
+  s.writer_waits = segments_->total_waits();
+  {
+    std::lock_guard lock(queues_mutex_);
+    retired_.add_to(s);
+    for (const QueueCounters* queue : queues_) queue->add_to(s);
+  }
+  s.media_errors = std::max(s.media_errors, region_->media_errors());
+  if (writeback_) writeback_->add_to(s);
+  s.recovery_seconds = recovery_seconds_;
+  s.recovered_keys = recovered_keys_;
+  return s;
+}
+
+std::string Engine::copy_policy_description() const {
+  std::string text = policy_->origin() + ":";
+  const pmem::PolicyTable table = policy_->table();
+  for (size_t i = 0; i < table.size(); ++i) {
+    text += " " + format_size(pmem::size_class_bytes(i)) + "=" + std::string(pmem::to_string(table[i]));
+  }
+  return text;
+}
+
+Status Engine::flush_all() {
+  if (!writeback_) return Status::error(ESHUTDOWN, "cache is closed");
+  return writeback_->write_back_everything();
+}
+
+void Engine::stop_background() {
+  if (segments_) segments_->shut_down();
+  if (writeback_) writeback_->stop();
+}
+
+void Engine::abandon() {
+  stop_background();
+  closed_ = true;
+}
+
+Status Engine::detach(bool force) {
+  if (closed_) return Status::error(ESHUTDOWN, "cache is closed");
+  {
+    std::lock_guard lock(queues_mutex_);
+    if (!queues_.empty()) return Status::error(EBUSY, "cache on " + options_.region_path + ": queues still exist");
+  }
+  if (!force) {
+    if (Status status = writeback_->write_back_everything(); !status.ok()) {
+      return status.with_context("cache on " + options_.region_path + ": detach could not write back dirty data");
+    }
+  }
+  stop_background();
+  closed_ = true;
+  if (force) {
+    spdlog::warn("cache on {}: forced detach; dirty data stays on pmem for the next attach", options_.region_path);
+    return Status();
+  }
+  // Everything is on the backing device: no journal is needed any more; mark the shutdown clean.
+  pmem::PmemWriter writer = make_writer();
+  const uint64_t next = next_seq_.load();
+  control_->update(writer, [&](format::ControlArea& control) {
+    control.flags |= format::ControlArea::kCleanShutdown;
+    control.clean_horizon = next;
+    control.next_seq = next;
+    for (auto& head : control.journals) head = format::JournalHead{};
+  });
+  spdlog::info("cache on {}: detached cleanly, all data written back", options_.region_path);
+  return Status();
+}
+
+}  // namespace pcached::cache

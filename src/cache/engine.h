@@ -1,0 +1,94 @@
+// The cache engine's shared state: what the queues (queue.cc), the writeback worker
+// (writeback.cc) and recovery (recovery.cc) work on. Internal to src/cache.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backing/backing_device.h"
+#include "cache/control_store.h"
+#include "cache/extent_index.h"
+#include "cache/journal.h"
+#include "cache/segment_table.h"
+#include "format/superblock.h"
+#include "pcached/cache.h"
+#include "pcached/copy_policy.h"
+#include "pcached/pmem_region.h"
+#include "pcached/pmem_writer.h"
+
+namespace pcached::cache {
+
+class Writeback;
+
+// Counters of one queue: written only by its thread (relaxed stores, no contention), read by
+// stats().
+struct QueueCounters {
+  std::atomic<uint64_t> reads{0}, read_hits{0}, read_partial_hits{0}, read_misses{0}, read_bytes{0};
+  std::atomic<uint64_t> writes{0}, write_bytes{0}, discards{0}, write_zeroes{0}, flushes{0};
+  std::atomic<uint64_t> fills{0}, fill_bytes{0}, backing_read_errors{0}, media_errors{0};
+
+  static void bump(std::atomic<uint64_t>& counter, uint64_t by = 1) {
+    counter.store(counter.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+  }
+  void add_to(CacheStats& stats) const;
+};
+
+class Engine final : public Cache {
+ public:
+  static Result<std::unique_ptr<Engine>> open(const CacheOptions& options);
+  ~Engine() override;
+
+  Result<std::unique_ptr<CacheQueue>> create_queue(io::Ring& ring) override;
+  Status flush_all() override;
+  Status detach(bool force) override;
+  void abandon() override;
+  CacheStats stats() const override;
+  uint64_t device_sectors() const override { return backing_->size() >> format::kSectorShift; }
+  uint32_t logical_block_size() const override { return backing_->logical_block_size(); }
+  std::string copy_policy_description() const override;
+  backing::FaultInjection& backing_faults() override { return backing_->faults(); }
+
+  // The lowest sequence number any key not yet written back has, or can still get: everything
+  // below it is clean once the backing device has been flushed.
+  uint64_t compute_horizon();
+  // The first key at or after position that `slot`'s writeback has not passed (0: none).
+  uint64_t first_pending_seq(uint32_t slot, const JournalPosition& from, const JournalPosition& limit) const;
+
+  void register_queue(QueueCounters* counters);
+  void unregister_queue(QueueCounters* counters);
+  pmem::PmemWriter make_writer() const { return pmem::PmemWriter(*region_, *policy_, options_.persist_observer); }
+
+  const CacheOptions options_;
+  std::unique_ptr<pmem::Region> region_;
+  std::unique_ptr<backing::BackingDevice> backing_;
+  std::unique_ptr<pmem::CopyPolicy> policy_;
+  format::Superblock superblock_;
+  std::unique_ptr<ControlStore> control_;
+  std::unique_ptr<SegmentTable> segments_;
+  ExtentIndex index_;
+  std::array<JournalState, format::kMaxJournals> journals_;
+  std::atomic<uint64_t> next_seq_{1};
+  std::atomic<uint64_t> clean_horizon_{1};  // as persisted in the control area
+  std::unique_ptr<Writeback> writeback_;
+  double recovery_seconds_ = 0;
+  uint64_t recovered_keys_ = 0;
+
+ private:
+  Engine(const CacheOptions& options, std::unique_ptr<pmem::Region> region,
+         std::unique_ptr<backing::BackingDevice> backing, std::unique_ptr<pmem::CopyPolicy> policy,
+         const format::Superblock& superblock);
+  static Result<format::Superblock> load_or_format(const CacheOptions& options, const pmem::Region& region,
+                                                   const backing::BackingDevice& backing, pmem::PmemWriter& writer);
+  Status recover();
+  void stop_background();
+
+  mutable std::mutex queues_mutex_;
+  std::vector<QueueCounters*> queues_;
+  QueueCounters retired_;  // counters of queues that are gone
+  bool closed_ = false;
+};
+
+}  // namespace pcached::cache

@@ -1,0 +1,215 @@
+#include "cache/extent_index.h"
+
+#include <absl/container/inlined_vector.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "format/layout.h"
+
+namespace pcached::cache {
+
+namespace {
+
+using format::kSectorSize;
+
+uint64_t end_of(const std::pair<const uint64_t, Extent>& entry) { return entry.first + entry.second.sectors; }
+
+// Where the data of `sector` lies, inside an extent that starts at `start`.
+uint64_t location_at(const Extent& extent, uint64_t start, uint64_t sector) {
+  return (extent.flags & Extent::kZero) ? 0 : extent.location + (sector - start) * kSectorSize;
+}
+
+template <typename Map>
+auto first_overlapping(Map& map, uint64_t begin) {
+  auto it = map.upper_bound(begin);
+  if (it != map.begin()) {
+    auto prev = std::prev(it);
+    if (end_of(*prev) > begin) return prev;
+  }
+  return it;
+}
+
+// Calls fn(start, end) for each stripe-sized piece of [sector, sector+sectors).
+template <typename Fn>
+void for_each_stripe(uint64_t sector, uint32_t sectors, Fn fn) {
+  const uint64_t end = sector + sectors;
+  while (sector < end) {
+    const uint64_t stripe_end = (sector | (ExtentIndex::kStripeSectors - 1)) + 1;
+    const uint64_t piece_end = std::min(end, stripe_end);
+    fn(sector, piece_end);
+    sector = piece_end;
+  }
+}
+
+}  // namespace
+
+void ExtentIndex::erase_range(Shard& shard, uint64_t begin, uint64_t end, uint64_t newer_than_seq,
+                              std::vector<std::pair<uint64_t, uint64_t>>* kept) {
+  Map& map = shard.map;
+  auto it = first_overlapping(map, begin);
+  absl::InlinedVector<std::pair<uint64_t, Extent>, 4> remainders;
+  while (it != map.end() && it->first < end) {
+    const uint64_t start = it->first;
+    const uint64_t stop = end_of(*it);
+    const Extent extent = it->second;
+    if (extent.seq > newer_than_seq) {
+      if (kept != nullptr) kept->emplace_back(std::max(start, begin), std::min(stop, end));
+      ++it;
+      continue;
+    }
+    it = map.erase(it);
+    shard.extents.fetch_sub(1, std::memory_order_relaxed);
+    shard.sectors.fetch_sub(std::min(stop, end) - std::max(start, begin), std::memory_order_relaxed);
+    if (start < begin) {
+      Extent left = extent;
+      left.sectors = static_cast<uint32_t>(begin - start);
+      remainders.emplace_back(start, left);
+    }
+    if (stop > end) {
+      Extent right = extent;
+      right.sectors = static_cast<uint32_t>(stop - end);
+      right.location = location_at(extent, start, end);
+      remainders.emplace_back(end, right);
+    }
+  }
+  for (const auto& [start, extent] : remainders) {
+    map.emplace(start, extent);
+    shard.extents.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void ExtentIndex::insert_in_stripe(Shard& shard, uint64_t begin, uint64_t end, uint64_t location, uint64_t seq,
+                                   uint32_t flags) {
+  thread_local std::vector<std::pair<uint64_t, uint64_t>> kept;
+  kept.clear();
+  erase_range(shard, begin, end, seq, &kept);
+  uint64_t cursor = begin;
+  auto add = [&](uint64_t from, uint64_t to) {
+    Extent extent;
+    extent.sectors = static_cast<uint32_t>(to - from);
+    extent.flags = flags;
+    extent.location = (flags & Extent::kZero) ? 0 : location + (from - begin) * kSectorSize;
+    extent.seq = seq;
+    shard.map.emplace(from, extent);
+    shard.extents.fetch_add(1, std::memory_order_relaxed);
+    shard.sectors.fetch_add(to - from, std::memory_order_relaxed);
+  };
+  for (const auto& [kept_begin, kept_end] : kept) {
+    if (cursor < kept_begin) add(cursor, kept_begin);
+    cursor = std::max(cursor, kept_end);
+  }
+  if (cursor < end) add(cursor, end);
+}
+
+void ExtentIndex::insert(uint64_t sector, uint32_t sectors, uint64_t location, uint64_t seq, uint32_t flags) {
+  for_each_stripe(sector, sectors, [&](uint64_t begin, uint64_t end) {
+    Shard& shard = shards_[shard_of(begin)];
+    std::unique_lock lock(shard.mutex);
+    insert_in_stripe(shard, begin, end, location + (begin - sector) * kSectorSize, seq, flags);
+    ++shard.change_count;
+  });
+}
+
+void ExtentIndex::remove_in_stripe(Shard& shard, uint64_t begin, uint64_t end, uint64_t seq) {
+  erase_range(shard, begin, end, seq, nullptr);
+  ++shard.change_count;
+}
+
+void ExtentIndex::remove(uint64_t sector, uint32_t sectors, uint64_t seq) {
+  for_each_stripe(sector, sectors, [&](uint64_t begin, uint64_t end) {
+    Shard& shard = shards_[shard_of(begin)];
+    std::unique_lock lock(shard.mutex);
+    remove_in_stripe(shard, begin, end, seq);
+  });
+}
+
+void ExtentIndex::lookup(uint64_t sector, uint32_t sectors, const StripeVisitor& visitor) const {
+  std::vector<Piece> pieces;
+  for_each_stripe(sector, sectors, [&](uint64_t begin, uint64_t end) {
+    const Shard& shard = shards_[shard_of(begin)];
+    std::shared_lock lock(shard.mutex);
+    pieces.clear();
+    uint64_t cursor = begin;
+    for (auto it = first_overlapping(shard.map, begin); it != shard.map.end() && it->first < end; ++it) {
+      const uint64_t start = std::max(it->first, begin);
+      const uint64_t stop = std::min(end_of(*it), end);
+      if (cursor < start) pieces.push_back({cursor, static_cast<uint32_t>(start - cursor), false, {}});
+      Extent piece = it->second;
+      piece.sectors = static_cast<uint32_t>(stop - start);
+      piece.location = location_at(it->second, it->first, start);
+      pieces.push_back({start, piece.sectors, true, piece});
+      cursor = stop;
+    }
+    if (cursor < end) pieces.push_back({cursor, static_cast<uint32_t>(end - cursor), false, {}});
+    visitor(pieces, shard.change_count);
+  });
+}
+
+bool ExtentIndex::insert_fill(uint64_t sector, uint32_t sectors, uint64_t location, uint64_t change_count) {
+  Shard& shard = shards_[shard_of(sector)];
+  std::unique_lock lock(shard.mutex);
+  if (shard.change_count != change_count) return false;
+  // Unchanged since the lookup that found this range empty: it is still empty. A fill does not
+  // count as a change: it only fills holes with what the backing device holds, so other fills
+  // that raced with it stay valid.
+  insert_in_stripe(shard, sector, sector + sectors, location, 0, Extent::kFill);
+  return true;
+}
+
+uint64_t ExtentIndex::evict_if(const std::function<bool(uint64_t location)>& in_reclaimed) {
+  uint64_t evicted = 0;
+  for (Shard& shard : shards_) {
+    std::unique_lock lock(shard.mutex);
+    bool changed = false;
+    for (auto it = shard.map.begin(); it != shard.map.end();) {
+      const Extent& extent = it->second;
+      if (!(extent.flags & Extent::kZero) && in_reclaimed(extent.location)) {
+        evicted += extent.sectors;
+        shard.sectors.fetch_sub(extent.sectors, std::memory_order_relaxed);
+        shard.extents.fetch_sub(1, std::memory_order_relaxed);
+        it = shard.map.erase(it);
+        changed = true;
+      } else {
+        ++it;
+      }
+    }
+    if (changed) ++shard.change_count;
+  }
+  return evicted;
+}
+
+std::vector<Piece> ExtentIndex::live_pieces(uint64_t sector, uint32_t sectors, uint64_t seq) const {
+  std::vector<Piece> live;
+  lookup(sector, sectors, [&](const std::vector<Piece>& pieces, uint64_t) {
+    for (const Piece& piece : pieces) {
+      if (piece.cached && piece.extent.seq == seq) live.push_back(piece);
+    }
+  });
+  return live;
+}
+
+uint64_t ExtentIndex::extents() const {
+  uint64_t total = 0;
+  for (const Shard& shard : shards_) total += shard.extents.load(std::memory_order_relaxed);
+  return total;
+}
+
+uint64_t ExtentIndex::cached_sectors() const {
+  uint64_t total = 0;
+  for (const Shard& shard : shards_) total += shard.sectors.load(std::memory_order_relaxed);
+  return total;
+}
+
+uint64_t ExtentIndex::sectors_at_or_above(uint64_t seq) const {
+  uint64_t total = 0;
+  for (const Shard& shard : shards_) {
+    std::shared_lock lock(shard.mutex);
+    for (const auto& [start, extent] : shard.map) {
+      if (extent.seq >= seq) total += extent.sectors;
+    }
+  }
+  return total;
+}
+
+}  // namespace pcached::cache

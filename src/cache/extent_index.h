@@ -1,0 +1,96 @@
+// The DRAM index: which logical sectors are cached, and where. Sharded by LBA range (1 MiB
+// stripes spread over the shards), each shard a B-tree under its own reader/writer lock, so
+// queues rarely meet on a lock. Extents never cross a stripe.
+//
+// Every extent carries the sequence number of the key that wrote it; a change applies only where
+// it is newer than what is there. So the outcome does not depend on the order in which racing
+// queues reach the index, and recovery, which applies keys in sequence order, rebuilds exactly
+// what the running cache had.
+#pragma once
+
+#include <absl/container/btree_map.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <shared_mutex>
+#include <vector>
+
+namespace pcached::cache {
+
+struct Extent {
+  static constexpr uint32_t kZero = 1u << 0;  // reads as zeros; no data in the region
+  static constexpr uint32_t kFill = 1u << 1;  // clean copy of backing data, not journaled
+
+  uint32_t sectors = 0;
+  uint32_t flags = 0;
+  uint64_t location = 0;  // byte offset of the first sector's data in the region
+  uint64_t seq = 0;       // key sequence number; fills use 0 so that every write wins over them
+};
+
+// One piece of a lookup: either cached (extent describes the piece exactly, location adjusted)
+// or a gap that must come from the backing device.
+struct Piece {
+  uint64_t sector;
+  uint32_t sectors;
+  bool cached;
+  Extent extent;  // meaningful when cached
+};
+
+class ExtentIndex {
+ public:
+  static constexpr unsigned kStripeShift = 11;  // 2048 sectors = 1 MiB
+  static constexpr uint64_t kStripeSectors = uint64_t{1} << kStripeShift;
+  static constexpr unsigned kShards = 64;
+
+  // Maps [sector, sector+sectors) to data at location (or zeros), wherever no newer extent is.
+  void insert(uint64_t sector, uint32_t sectors, uint64_t location, uint64_t seq, uint32_t flags);
+  // Drops cached data older than seq in the range (discard).
+  void remove(uint64_t sector, uint32_t sectors, uint64_t seq);
+
+  // Visits the range stripe by stripe, in order, under each stripe's shard lock held shared:
+  // the visitor may copy the cached data while no one can evict it. The visitor also gets the
+  // shard's change count, for insert_fill.
+  using StripeVisitor = std::function<void(const std::vector<Piece>& pieces, uint64_t change_count)>;
+  void lookup(uint64_t sector, uint32_t sectors, const StripeVisitor& visitor) const;
+
+  // Inserts clean data read from the backing device, only if the stripe's shard has not changed
+  // since change_count was taken (so a fill never hides a write, discard or eviction that raced
+  // with the backing read). [sector, sector+sectors) must lie within one stripe.
+  bool insert_fill(uint64_t sector, uint32_t sectors, uint64_t location, uint64_t change_count);
+
+  // Removes every extent with data in the region for which in_reclaimed(location) holds: the
+  // segments GC reclaims. Returns the sectors evicted.
+  uint64_t evict_if(const std::function<bool(uint64_t location)>& in_reclaimed);
+
+  // The pieces of [sector, sector+sectors) still owned by the key with sequence number seq.
+  std::vector<Piece> live_pieces(uint64_t sector, uint32_t sectors, uint64_t seq) const;
+
+  uint64_t extents() const;
+  uint64_t cached_sectors() const;
+  // Cached sectors written by keys at or above seq: the dirty data, given the clean horizon.
+  uint64_t sectors_at_or_above(uint64_t seq) const;
+
+  static unsigned shard_of(uint64_t sector) { return static_cast<unsigned>((sector >> kStripeShift) % kShards); }
+
+ private:
+  using Map = absl::btree_map<uint64_t, Extent>;
+  struct alignas(64) Shard {
+    mutable std::shared_mutex mutex;
+    Map map;
+    uint64_t change_count = 0;  // under mutex
+    std::atomic<uint64_t> sectors{0};
+    std::atomic<uint64_t> extents{0};
+  };
+
+  // Applies a change to one stripe piece under its shard's exclusive lock.
+  void insert_in_stripe(Shard& shard, uint64_t begin, uint64_t end, uint64_t location, uint64_t seq, uint32_t flags);
+  void remove_in_stripe(Shard& shard, uint64_t begin, uint64_t end, uint64_t seq);
+  static void erase_range(Shard& shard, uint64_t begin, uint64_t end, uint64_t newer_than_seq,
+                          std::vector<std::pair<uint64_t, uint64_t>>* kept);
+
+  std::array<Shard, kShards> shards_;
+};
+
+}  // namespace pcached::cache

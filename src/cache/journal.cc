@@ -1,0 +1,195 @@
+#include "cache/journal.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <array>
+#include <cassert>
+
+#include "cache/segment_table.h"
+#include "format/layout.h"
+#include "format/segment_header.h"
+
+namespace pcached::cache {
+
+namespace {
+
+constexpr uint32_t kReadAhead = 64 * 1024;
+constexpr size_t kLinkSize = format::encoded_key_set_size(0);
+
+}  // namespace
+
+void write_segment_header(pmem::PmemWriter& writer, const format::Superblock& superblock, uint32_t segment,
+                          const format::SegmentHeader& header) {
+  std::array<std::byte, format::kSegmentHeaderEncodedSize> bytes;
+  format::encode_segment_header(header, superblock.salt(), bytes);
+  writer.copy_nodrain(superblock.segment_offset(segment), bytes.data(), bytes.size());
+}
+
+Result<format::SegmentHeader> read_segment_header(const pmem::Region& region, const format::Superblock& superblock,
+                                                  uint32_t segment) {
+  std::array<std::byte, format::kSegmentHeaderEncodedSize> bytes;
+  if (Status status = region.read(superblock.segment_offset(segment), bytes.data(), bytes.size()); !status.ok()) {
+    return status;
+  }
+  auto header = format::decode_segment_header(bytes, superblock.salt());
+  if (header.ok() && header->index != segment) {
+    return Status::error(EBADMSG, "segment header: names segment " + std::to_string(header->index));
+  }
+  return header;
+}
+
+JournalReader::JournalReader(const pmem::Region& region, const format::Superblock& superblock, uint32_t slot,
+                             JournalPosition start)
+    : region_(region), superblock_(superblock), slot_(slot), position_(start), buffer_(kReadAhead) {
+  segments_.push_back({start.segment, start.generation, 0});
+}
+
+bool JournalReader::refill(uint32_t offset) {
+  const uint32_t length = static_cast<uint32_t>(std::min<uint64_t>(kReadAhead, superblock_.segment_size - offset));
+  const Status status = region_.read(superblock_.segment_offset(position_.segment) + offset, buffer_.data(), length);
+  if (!status.ok()) {
+    end_ = JournalEnd::Damaged;
+    damage_ = status.message();
+    return false;
+  }
+  buffer_segment_ = position_.segment;
+  buffer_offset_ = offset;
+  buffer_length_ = length;
+  return true;
+}
+
+bool JournalReader::follow_link(uint32_t segment, uint32_t generation) {
+  if (segment >= superblock_.segment_count) {
+    end_ = JournalEnd::Damaged;
+    damage_ = "link to segment " + std::to_string(segment) + ", beyond the last segment";
+    return false;
+  }
+  auto header = read_segment_header(region_, superblock_, segment);
+  if (!header.ok() && header.status().code() != ENODATA) {
+    end_ = JournalEnd::Damaged;
+    damage_ = "journal segment " + std::to_string(segment) + ": " + header.status().message();
+    return false;
+  }
+  if (!header.ok() || header->type != format::SegmentType::Journal || header->journal_slot != slot_ ||
+      header->generation != generation) {
+    // The link reached the media but the new segment's header did not: the write that needed
+    // the new segment was never acknowledged. The journal ends here.
+    return false;
+  }
+  position_ = {segment, generation, static_cast<uint32_t>(format::kSegmentHeaderSize)};
+  segments_.push_back({segment, generation, 0});
+  return true;
+}
+
+bool JournalReader::valid_record_follows() {
+  // Key sets are written one after the other, each made durable before the next is begun, so
+  // only the last one can be torn by a crash. A valid record after a bad one means damage.
+  std::vector<format::Key> keys;
+  std::vector<std::byte> record(format::encoded_key_set_size(format::kMaxKeysPerSet));
+  for (uint64_t offset = position_.offset + format::kKeySetAlignment;
+       offset + format::kKeySetHeaderSize <= superblock_.segment_size; offset += format::kKeySetAlignment) {
+    const size_t length = static_cast<size_t>(std::min<uint64_t>(record.size(), superblock_.segment_size - offset));
+    if (!region_.read(superblock_.segment_offset(position_.segment) + offset, record.data(), length).ok()) continue;
+    keys.clear();
+    if (format::decode_key_set(std::span(record.data(), length), position_.generation, superblock_.salt(), keys).ok()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool JournalReader::next(std::vector<format::Key>& keys, const JournalPosition* limit) {
+  keys.clear();
+  for (;;) {
+    if (limit != nullptr && limit->segment == position_.segment && position_.offset >= limit->offset) return false;
+    if (position_.offset + format::kKeySetHeaderSize > superblock_.segment_size) return false;
+    // The buffer must hold the largest key set that can start here (or all the segment has left).
+    const uint64_t needed_end = std::min<uint64_t>(
+        position_.offset + format::encoded_key_set_size(format::kMaxKeysPerSet), superblock_.segment_size);
+    const bool buffered = buffer_segment_ == position_.segment && position_.offset >= buffer_offset_ &&
+                          needed_end <= uint64_t{buffer_offset_} + buffer_length_;
+    if (!buffered && !refill(position_.offset)) return false;
+    const uint32_t at = position_.offset - buffer_offset_;
+    auto header = format::decode_key_set(std::span(buffer_.data() + at, buffer_length_ - at), position_.generation,
+                                         superblock_.salt(), keys);
+    if (!header.ok()) {
+      if (header.status().code() != ENODATA) {
+        end_ = valid_record_follows() ? JournalEnd::Damaged : JournalEnd::Torn;
+        damage_ = "journal " + std::to_string(slot_) + ", segment " + std::to_string(position_.segment) +
+                  ", offset " + std::to_string(position_.offset) + ": " + header.status().message();
+      }
+      return false;
+    }
+    if (header->kind == format::KeySetKind::Link) {
+      if (!follow_link(header->link_segment, header->link_generation)) return false;
+      continue;
+    }
+    position_.offset += static_cast<uint32_t>(format::encoded_key_set_size(keys.size()));
+    segments_.back().max_seq = std::max(segments_.back().max_seq, keys.back().seq);
+    return true;
+  }
+}
+
+JournalWriter::JournalWriter(const pmem::Region& region, const format::Superblock& superblock, SegmentTable& segments,
+                             JournalState& state, uint32_t slot)
+    : region_(region),
+      superblock_(superblock),
+      segments_(segments),
+      state_(state),
+      slot_(slot),
+      scratch_(format::encoded_key_set_size(format::kMaxKeysPerSet)) {}
+
+Status JournalWriter::start(pmem::PmemWriter& writer) {
+  const auto segment = segments_.allocate(SegmentUse::Journal, /*wait=*/true);
+  if (!segment) return Status::error(ESHUTDOWN, "journal " + std::to_string(slot_) + ": cache is shutting down");
+  const uint32_t generation = segments_.info(*segment).generation;
+  write_segment_header(writer, superblock_, *segment, {format::SegmentType::Journal, generation, *segment, slot_});
+  writer.drain();
+  position_ = {*segment, generation, static_cast<uint32_t>(format::kSegmentHeaderSize)};
+  std::lock_guard lock(state_.mutex);
+  state_.in_use = true;
+  state_.active = true;
+  state_.chain.assign(1, {*segment, generation, 0});
+  state_.published = position_;
+  state_.cursor = position_;
+  return Status();
+}
+
+void JournalWriter::advance(pmem::PmemWriter& writer) {
+  const auto segment = segments_.allocate(SegmentUse::Journal, /*wait=*/true);
+  assert(segment);  // only shutdown makes allocation fail, and queues are gone by then
+  const uint32_t generation = segments_.info(*segment).generation;
+  // Ordering: the new header and the link are made durable by the same fence as the key set that
+  // needed them. If power fails before it, replay either stops at the old segment's end or finds
+  // a link to a header it does not match; both end the journal before an unacknowledged write.
+  write_segment_header(writer, superblock_, *segment, {format::SegmentType::Journal, generation, *segment, slot_});
+  const size_t size = format::encode_link(*segment, generation, position_.generation, superblock_.salt(), scratch_);
+  writer.copy_nodrain(superblock_.segment_offset(position_.segment) + position_.offset, scratch_.data(), size);
+  {
+    std::lock_guard lock(state_.mutex);
+    state_.chain.back().max_seq = std::max(state_.chain.back().max_seq, segment_max_seq_);
+    state_.chain.push_back({*segment, generation, 0});
+  }
+  segments_.seal(position_.segment);
+  position_ = {*segment, generation, static_cast<uint32_t>(format::kSegmentHeaderSize)};
+  segment_max_seq_ = 0;
+}
+
+void JournalWriter::append(pmem::PmemWriter& writer, std::span<const format::Key> keys) {
+  const size_t size = format::encoded_key_set_size(keys.size());
+  if (position_.offset + size + kLinkSize > superblock_.segment_size) advance(writer);
+  format::encode_keys(keys, position_.generation, superblock_.salt(), scratch_);
+  writer.copy_nodrain(superblock_.segment_offset(position_.segment) + position_.offset, scratch_.data(), size);
+  position_.offset += static_cast<uint32_t>(size);
+  segment_max_seq_ = std::max(segment_max_seq_, keys.back().seq);
+}
+
+void JournalWriter::publish(uint64_t last_seq) {
+  std::lock_guard lock(state_.mutex);
+  state_.published = position_;
+  state_.chain.back().max_seq = std::max(state_.chain.back().max_seq, last_seq);
+  state_.inflight_seq = 0;
+}
+
+}  // namespace pcached::cache

@@ -1,0 +1,121 @@
+// Journals of keys. Each queue appends to a journal of its own (one of the control area's slots),
+// so queues never share a lock on the write path. A journal is a chain of journal segments: key
+// sets back to back after the segment header, and a link record at the end of a full segment
+// that names the next one. Replay and writeback read journals with JournalReader.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "format/key_set.h"
+#include "format/segment_header.h"
+#include "format/superblock.h"
+#include "pcached/pmem_region.h"
+#include "pcached/pmem_writer.h"
+#include "pcached/status.h"
+
+namespace pcached::cache {
+
+class SegmentTable;
+
+struct JournalPosition {
+  uint32_t segment = 0;
+  uint32_t generation = 0;
+  uint32_t offset = 0;  // bytes from the start of the segment
+  bool operator==(const JournalPosition&) const = default;
+};
+
+struct ChainSegment {
+  uint32_t segment;
+  uint32_t generation;
+  uint64_t max_seq;  // newest key in it (0: none yet)
+};
+
+// What one journal slot shares between the queue that writes it and the writeback worker.
+struct JournalState {
+  std::mutex mutex;
+  bool in_use = false;
+  bool active = false;  // a queue appends to it
+  JournalPosition published;     // key sets before it are persistent and in the index
+  uint64_t inflight_seq = 0;     // a write holding this sequence number is under way (0: none)
+  std::deque<ChainSegment> chain;  // head first
+
+  // Owned by the writeback worker.
+  JournalPosition cursor;  // next key set to write back
+};
+
+// Why a journal reader stopped: the clean end; a last key set torn by a crash (never
+// acknowledged); or damage with valid records after it, or an unreadable one.
+enum class JournalEnd { Clean, Torn, Damaged };
+
+class JournalReader {
+ public:
+  JournalReader(const pmem::Region& region, const format::Superblock& superblock, uint32_t slot,
+                JournalPosition start);
+
+  // Reads the next key set into keys (cleared first), following links. Returns false at the end
+  // of the journal, or when `limit` (if given) is reached.
+  bool next(std::vector<format::Key>& keys, const JournalPosition* limit = nullptr);
+  JournalPosition position() const { return position_; }
+  // Segments walked so far, head first (including the current one).
+  const std::vector<ChainSegment>& segments() const { return segments_; }
+  JournalEnd end() const { return end_; }
+  const std::string& damage() const { return damage_; }
+
+ private:
+  bool follow_link(uint32_t segment, uint32_t generation);
+  bool valid_record_follows();
+  bool refill(uint32_t offset);
+
+  const pmem::Region& region_;
+  const format::Superblock& superblock_;
+  uint32_t slot_;
+  JournalPosition position_;
+  std::vector<ChainSegment> segments_;
+  std::vector<std::byte> buffer_;
+  uint32_t buffer_offset_ = 0;  // segment offset of buffer_[0]
+  uint32_t buffer_length_ = 0;
+  uint32_t buffer_segment_ = UINT32_MAX;
+  JournalEnd end_ = JournalEnd::Clean;
+  std::string damage_;
+};
+
+// Appends key sets to one journal; owned by one queue thread.
+class JournalWriter {
+ public:
+  JournalWriter(const pmem::Region& region, const format::Superblock& superblock, SegmentTable& segments,
+                JournalState& state, uint32_t slot);
+
+  // Starts the journal in a fresh segment (persisted before it returns). Fails only at shutdown.
+  Status start(pmem::PmemWriter& writer);
+  // Writes a key set, not drained: the caller's drain makes it durable with the data.
+  void append(pmem::PmemWriter& writer, std::span<const format::Key> keys);
+  // Makes what was appended visible to writeback; call after the drain and the index update.
+  void publish(uint64_t last_seq);
+
+  uint32_t slot() const { return slot_; }
+
+ private:
+  // Moves to a new segment, linking it from the current one.
+  void advance(pmem::PmemWriter& writer);
+
+  const pmem::Region& region_;
+  const format::Superblock& superblock_;
+  SegmentTable& segments_;
+  JournalState& state_;
+  uint32_t slot_;
+  JournalPosition position_;
+  uint64_t segment_max_seq_ = 0;
+  std::vector<std::byte> scratch_;
+};
+
+// Writes segment `segment`'s header (not drained).
+void write_segment_header(pmem::PmemWriter& writer, const format::Superblock& superblock, uint32_t segment,
+                          const format::SegmentHeader& header);
+Result<format::SegmentHeader> read_segment_header(const pmem::Region& region, const format::Superblock& superblock,
+                                                  uint32_t segment);
+
+}  // namespace pcached::cache

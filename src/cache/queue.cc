@@ -1,0 +1,338 @@
+#include "cache/queue.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "cache/writeback.h"
+#include "format/layout.h"
+
+namespace pcached::cache {
+
+namespace {
+
+using format::kSectorSize;
+
+}  // namespace
+
+// A read that needs the backing device: one backing read per gap, completed when all are back.
+class EngineQueue::ReadOperation {
+ public:
+  struct Gap final : io::CompletionHandler {
+    ReadOperation* operation = nullptr;
+    uint64_t sector = 0;
+    uint32_t sectors = 0;
+    uint64_t change_count = 0;
+    void on_completion(int result) override { operation->gap_done(*this, result); }
+  };
+
+  ReadOperation(EngineQueue& queue, const Request& request, RequestCompletion* completion)
+      : queue_(queue), request_(request), completion_(completion) {}
+
+  std::vector<Gap>& gaps() { return gaps_; }
+
+  void submit() {
+    pending_ = gaps_.size();
+    for (Gap& gap : gaps_) {
+      gap.operation = this;
+      queue_.engine_.backing_->read(queue_.ring_, destination(gap.sector), gap.sector * kSectorSize,
+                                    gap.sectors * static_cast<uint32_t>(kSectorSize), &gap);
+    }
+  }
+
+ private:
+  std::byte* destination(uint64_t sector) const { return request_.buffer + (sector - request_.sector) * kSectorSize; }
+
+  void gap_done(const Gap& gap, int result) {
+    if (result != static_cast<int>(gap.sectors * kSectorSize)) failed_ = true;
+    if (--pending_ > 0) return;
+    if (failed_) {
+      QueueCounters::bump(queue_.counters_.backing_read_errors);
+      completion_->complete(-EIO);
+    } else {
+      if (queue_.engine_.options_.read_miss_fill) {
+        for (const Gap& g : gaps_) queue_.fill(g.sector, g.sectors, destination(g.sector), g.change_count);
+      }
+      completion_->complete(static_cast<int>(request_.sectors * kSectorSize));
+    }
+    delete this;
+  }
+
+  EngineQueue& queue_;
+  Request request_;
+  RequestCompletion* completion_;
+  std::vector<Gap> gaps_;
+  size_t pending_ = 0;
+  bool failed_ = false;
+};
+
+// The completion of a discard forwarded to the backing device. The cache has already forgotten
+// the range; the backing device's answer (it may not support discard) does not change the result.
+class DiscardForward final : public io::CompletionHandler {
+ public:
+  explicit DiscardForward(RequestCompletion* completion) : completion_(completion) {}
+  void on_completion(int result) override {
+    if (result < 0 && result != -EOPNOTSUPP && result != -EINVAL) {
+      spdlog::debug("backing discard failed: {}", std::strerror(-result));
+    }
+    completion_->complete(0);
+    delete this;
+  }
+
+ private:
+  RequestCompletion* completion_;
+};
+
+EngineQueue::EngineQueue(Engine& engine, io::Ring& ring, uint32_t slot)
+    : engine_(engine),
+      ring_(ring),
+      slot_(slot),
+      writer_(engine.make_writer()),
+      journal_(*engine.region_, engine.superblock_, *engine.segments_, engine.journals_[slot], slot) {}
+
+Status EngineQueue::start() {
+  if (Status status = journal_.start(writer_); !status.ok()) {
+    std::lock_guard lock(engine_.journals_[slot_].mutex);
+    engine_.journals_[slot_].in_use = false;
+    return status;
+  }
+  // The journal must be findable before any key in it is acknowledged.
+  const ChainSegment head = engine_.journals_[slot_].chain.front();
+  engine_.control_->update(writer_, [&](format::ControlArea& control) {
+    control.journals[slot_] = {head.segment, head.generation};
+    control.next_seq = std::max(control.next_seq, engine_.next_seq_.load());
+  });
+  engine_.register_queue(&counters_);
+  started_ = true;
+  return Status();
+}
+
+EngineQueue::~EngineQueue() {
+  if (!started_) return;
+  if (open_segment_ != UINT32_MAX) engine_.segments_->seal(open_segment_);
+  {
+    std::lock_guard lock(engine_.journals_[slot_].mutex);
+    engine_.journals_[slot_].active = false;
+  }
+  engine_.unregister_queue(&counters_);
+  engine_.writeback_->kick();
+}
+
+int EngineQueue::check_range(const Request& request) const {
+  const uint64_t block_sectors = engine_.logical_block_size() / kSectorSize;
+  if (request.sectors == 0 || request.sector % block_sectors != 0 || request.sectors % block_sectors != 0) {
+    return -EINVAL;
+  }
+  if (request.sector > engine_.device_sectors() || request.sectors > engine_.device_sectors() - request.sector) {
+    return -EINVAL;
+  }
+  return 0;
+}
+
+void EngineQueue::submit(const Request& request, RequestCompletion* completion) {
+  if (request.op != Op::Flush) {
+    if (int error = check_range(request); error != 0) {
+      completion->complete(error);
+      return;
+    }
+  }
+  switch (request.op) {
+    case Op::Write:
+      completion->complete(write(request));
+      return;
+    case Op::WriteZeroes:
+      completion->complete(write_zeroes(request));
+      return;
+    case Op::Read:
+      read(request, completion);
+      return;
+    case Op::Discard:
+      discard(request, completion);
+      return;
+    case Op::Flush:
+      // Write-back mode: every acknowledged write is already durable on pmem.
+      QueueCounters::bump(counters_.flushes);
+      completion->complete(0);
+      return;
+  }
+  completion->complete(-EOPNOTSUPP);
+}
+
+uint64_t EngineQueue::location_of(const Placement& placement) const {
+  return engine_.superblock_.segment_offset(placement.segment) + uint64_t{placement.offset_sectors} * kSectorSize;
+}
+
+bool EngineQueue::place(uint32_t sectors, bool wait, Placement& placement) {
+  const uint64_t segment_size = engine_.superblock_.segment_size;
+  if (open_segment_ == UINT32_MAX || open_offset_ >= segment_size) {
+    const auto segment = engine_.segments_->allocate(SegmentUse::Data, wait);
+    if (!segment) return false;
+    if (open_segment_ != UINT32_MAX) engine_.segments_->seal(open_segment_);
+    open_segment_ = *segment;
+    open_generation_ = engine_.segments_->info(*segment).generation;
+    open_offset_ = format::kSegmentHeaderSize;
+    // The new generation goes to the media before any key can name it (the caller drains).
+    write_segment_header(writer_, engine_.superblock_, open_segment_,
+                         {format::SegmentType::Data, open_generation_, open_segment_, 0});
+  }
+  const uint64_t room = (segment_size - open_offset_) / kSectorSize;
+  placement = {open_segment_, open_generation_, static_cast<uint32_t>(open_offset_ / kSectorSize),
+               static_cast<uint32_t>(std::min<uint64_t>(sectors, room))};
+  open_offset_ += uint64_t{placement.sectors} * kSectorSize;
+  return true;
+}
+
+void EngineQueue::commit(std::vector<format::Key>& keys) {
+  JournalState& state = engine_.journals_[slot_];
+  uint64_t first = 0;
+  {
+    // Under the journal's mutex, so the horizon never passes a number handed out but unpublished.
+    std::lock_guard lock(state.mutex);
+    first = engine_.next_seq_.fetch_add(keys.size());
+    state.inflight_seq = first;
+  }
+  for (size_t i = 0; i < keys.size(); ++i) keys[i].seq = first + i;
+  for (size_t i = 0; i < keys.size(); i += format::kMaxKeysPerSet) {
+    const size_t count = std::min<size_t>(format::kMaxKeysPerSet, keys.size() - i);
+    journal_.append(writer_, std::span(keys.data() + i, count));
+  }
+  // Ordering: the keys are durable after this fence; only now may the write be acknowledged.
+  writer_.drain();
+  for (const format::Key& key : keys) {
+    if (key.kind == format::KeyKind::Discard) {
+      engine_.index_.remove(key.sector, key.sectors, key.seq);
+    } else if (key.kind == format::KeyKind::Zero) {
+      engine_.index_.insert(key.sector, key.sectors, 0, key.seq, Extent::kZero);
+    } else {
+      const uint64_t location = engine_.superblock_.segment_offset(key.segment) + uint64_t{key.offset_sectors} * kSectorSize;
+      engine_.index_.insert(key.sector, key.sectors, location, key.seq, 0);
+      engine_.segments_->note_dirty(key.segment, key.seq);
+    }
+  }
+  // Published only after the index holds the keys: writeback looks keys up in the index.
+  journal_.publish(keys.back().seq);
+}
+
+int EngineQueue::write(const Request& request) {
+  keys_.clear();
+  uint64_t sector = request.sector;
+  uint32_t remaining = request.sectors;
+  const std::byte* source = request.buffer;
+  while (remaining > 0) {
+    Placement placement;
+    if (!place(remaining, /*wait=*/true, placement)) return -ESHUTDOWN;
+    writer_.copy_nodrain(location_of(placement), source, uint64_t{placement.sectors} * kSectorSize);
+    format::Key key;
+    key.sector = sector;
+    key.sectors = placement.sectors;
+    key.kind = format::KeyKind::Write;
+    key.segment = placement.segment;
+    key.offset_sectors = placement.offset_sectors;
+    key.generation = placement.generation;
+    keys_.push_back(key);
+    sector += placement.sectors;
+    source += uint64_t{placement.sectors} * kSectorSize;
+    remaining -= placement.sectors;
+  }
+  // Ordering: data (and any new segment header) durable before the key is written, so a key that
+  // survives a power cut never points at torn data.
+  writer_.drain();
+  commit(keys_);
+  QueueCounters::bump(counters_.writes);
+  QueueCounters::bump(counters_.write_bytes, uint64_t{request.sectors} * kSectorSize);
+  if (engine_.segments_->free_count() == 0) engine_.writeback_->kick();
+  return static_cast<int>(request.sectors * kSectorSize);
+}
+
+int EngineQueue::write_zeroes(const Request& request) {
+  keys_.clear();
+  format::Key key;
+  key.sector = request.sector;
+  key.sectors = request.sectors;
+  key.kind = format::KeyKind::Zero;
+  keys_.push_back(key);
+  commit(keys_);
+  QueueCounters::bump(counters_.write_zeroes);
+  return 0;
+}
+
+void EngineQueue::discard(const Request& request, RequestCompletion* completion) {
+  keys_.clear();
+  format::Key key;
+  key.sector = request.sector;
+  key.sectors = request.sectors;
+  key.kind = format::KeyKind::Discard;
+  keys_.push_back(key);
+  commit(keys_);
+  QueueCounters::bump(counters_.discards);
+  engine_.backing_->discard(ring_, request.sector * kSectorSize, uint64_t{request.sectors} * kSectorSize,
+                            new DiscardForward(completion));
+}
+
+void EngineQueue::read(const Request& request, RequestCompletion* completion) {
+  auto* operation = new ReadOperation(*this, request, completion);
+  const uint64_t horizon = engine_.clean_horizon_.load(std::memory_order_acquire);
+  bool media_error = false;
+  bool any_hit = false;
+  engine_.index_.lookup(request.sector, request.sectors, [&](const std::vector<Piece>& pieces, uint64_t change_count) {
+    for (const Piece& piece : pieces) {
+      std::byte* destination = request.buffer + (piece.sector - request.sector) * kSectorSize;
+      const uint64_t bytes = uint64_t{piece.sectors} * kSectorSize;
+      if (piece.cached) {
+        if (piece.extent.flags & Extent::kZero) {
+          std::memset(destination, 0, bytes);
+          any_hit = true;
+          continue;
+        }
+        // Copied under the shard lock: GC cannot evict and reuse the segment meanwhile.
+        if (engine_.region_->read(piece.extent.location, destination, bytes).ok()) {
+          any_hit = true;
+          continue;
+        }
+        QueueCounters::bump(counters_.media_errors);
+        // Clean data has an intact copy on the backing device; dirty data has no other copy.
+        if (piece.extent.seq >= horizon) {
+          media_error = true;
+          continue;
+        }
+      }
+      ReadOperation::Gap gap;
+      gap.sector = piece.sector;
+      gap.sectors = piece.sectors;
+      gap.change_count = piece.cached ? UINT64_MAX : change_count;  // never refill over bad media
+      operation->gaps().push_back(gap);
+    }
+  });
+  QueueCounters::bump(counters_.reads);
+  QueueCounters::bump(counters_.read_bytes, uint64_t{request.sectors} * kSectorSize);
+  if (media_error) {
+    delete operation;
+    completion->complete(-EIO);
+    return;
+  }
+  if (operation->gaps().empty()) {
+    QueueCounters::bump(counters_.read_hits);
+    delete operation;
+    completion->complete(static_cast<int>(request.sectors * kSectorSize));
+    return;
+  }
+  QueueCounters::bump(any_hit ? counters_.read_partial_hits : counters_.read_misses);
+  operation->submit();
+}
+
+void EngineQueue::fill(uint64_t sector, uint32_t sectors, const std::byte* data, uint64_t change_count) {
+  if (change_count == UINT64_MAX) return;
+  Placement placement;
+  if (!place(sectors, /*wait=*/false, placement)) return;
+  if (placement.sectors < sectors) return;  // the rest of the segment is left unused
+  writer_.copy_nodrain(location_of(placement), data, uint64_t{sectors} * kSectorSize);
+  // The fence makes streaming stores visible to other cores before the index points at them.
+  writer_.drain();
+  if (engine_.index_.insert_fill(sector, sectors, location_of(placement), change_count)) {
+    QueueCounters::bump(counters_.fills);
+    QueueCounters::bump(counters_.fill_bytes, uint64_t{sectors} * kSectorSize);
+  }
+}
+
+}  // namespace pcached::cache

@@ -1,0 +1,64 @@
+// One queue of the engine: the write, read, discard and flush paths, run on the queue's thread.
+#pragma once
+
+#include <vector>
+
+#include "cache/engine.h"
+#include "cache/journal.h"
+#include "io/ring.h"
+#include "pcached/cache.h"
+#include "pcached/pmem_writer.h"
+
+namespace pcached::cache {
+
+class EngineQueue final : public CacheQueue {
+ public:
+  EngineQueue(Engine& engine, io::Ring& ring, uint32_t slot);
+  ~EngineQueue() override;
+
+  // Starts the queue's journal and records it in the control area.
+  Status start();
+  void submit(const Request& request, RequestCompletion* completion) override;
+  unsigned index() const override { return slot_; }
+
+ private:
+  class ReadOperation;
+  friend class ReadOperation;
+
+  // A run of sectors placed in the queue's open data segment.
+  struct Placement {
+    uint32_t segment;
+    uint32_t generation;
+    uint32_t offset_sectors;
+    uint32_t sectors;
+  };
+
+  int check_range(const Request& request) const;
+  int write(const Request& request);
+  int write_zeroes(const Request& request);
+  void read(const Request& request, RequestCompletion* completion);
+  void discard(const Request& request, RequestCompletion* completion);
+  // Journals keys (sequence numbers assigned here), makes them durable, applies them to the index
+  // and publishes them to writeback.
+  void commit(std::vector<format::Key>& keys);
+
+  // Room for up to `sectors` in the open data segment, opening a new one when it is full
+  // (waiting for GC when `wait`). The new segment's header is written but not drained.
+  bool place(uint32_t sectors, bool wait, Placement& placement);
+  uint64_t location_of(const Placement& placement) const;
+  void fill(uint64_t sector, uint32_t sectors, const std::byte* data, uint64_t change_count);
+
+  Engine& engine_;
+  io::Ring& ring_;
+  uint32_t slot_;
+  pmem::PmemWriter writer_;
+  JournalWriter journal_;
+  QueueCounters counters_;
+  std::vector<format::Key> keys_;
+  bool started_ = false;
+  uint32_t open_segment_ = UINT32_MAX;
+  uint32_t open_generation_ = 0;
+  uint64_t open_offset_ = 0;  // bytes from the segment start
+};
+
+}  // namespace pcached::cache

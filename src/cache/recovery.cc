@@ -1,0 +1,176 @@
+// Rebuilding the cache's DRAM state from the media: control area, segment headers, then every
+// journal's keys at or above the clean horizon, applied in sequence order.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <array>
+#include <map>
+
+#include "cache/engine.h"
+#include "format/control_area.h"
+#include "format/layout.h"
+
+namespace pcached::cache {
+
+namespace {
+
+struct ReplayedJournal {
+  uint32_t slot;
+  std::vector<ChainSegment> chain;
+  JournalPosition end;
+};
+
+Result<format::CurrentControl> read_control(const pmem::Region& region, const format::Superblock& sb) {
+  Result<format::ControlArea> slots[2] = {Status::error(EIO, "unread"), Status::error(EIO, "unread")};
+  for (unsigned slot = 0; slot < 2; ++slot) {
+    std::array<std::byte, format::kControlSize> bytes;
+    Status status = region.read(format::kControlOffsets[slot], bytes.data(), bytes.size());
+    slots[slot] = status.ok() ? format::decode_control_area(bytes, sb.salt()) : Result<format::ControlArea>(status);
+  }
+  return format::pick_current_control(slots[0], slots[1]);
+}
+
+}  // namespace
+
+Status Engine::recover() {
+  const std::string where = "cache on " + options_.region_path;
+  auto current = read_control(*region_, superblock_);
+  if (!current.ok()) return current.status().with_context(where);
+  const format::ControlArea control = current->control;
+  control_ = std::make_unique<ControlStore>(superblock_, control, current->slot);
+  clean_horizon_ = control.clean_horizon;
+  uint64_t next_seq = control.next_seq;
+
+  // Segment generations as on the media. A header that is damaged is only an error if live data
+  // depends on it (checked below).
+  std::vector<bool> header_damaged(superblock_.segment_count, false);
+  std::vector<format::SegmentHeader> headers(superblock_.segment_count);
+  for (uint32_t segment = 0; segment < superblock_.segment_count; ++segment) {
+    auto header = read_segment_header(*region_, superblock_, segment);
+    if (header.ok()) {
+      headers[segment] = header.value();
+    } else if (header.status().code() != ENODATA) {
+      header_damaged[segment] = true;
+    }
+    segments_->at(segment).generation = headers[segment].generation;
+  }
+
+  // Read every journal from its head. Keys below the clean horizon are already on the backing
+  // device and are not needed.
+  std::vector<format::Key> live;
+  std::vector<ReplayedJournal> journals;
+  std::vector<format::Key> batch;
+  for (uint32_t slot = 0; slot < format::kMaxJournals; ++slot) {
+    const format::JournalHead head = control.journals[slot];
+    if (!head.in_use()) continue;
+    if (head.segment >= superblock_.segment_count || header_damaged[head.segment] ||
+        headers[head.segment].type != format::SegmentType::Journal || headers[head.segment].journal_slot != slot ||
+        headers[head.segment].generation != head.generation) {
+      return Status::error(EBADMSG, where + ": journal " + std::to_string(slot) + " starts in segment " +
+                                        std::to_string(head.segment) + ", whose header does not belong to it");
+    }
+    JournalReader reader(*region_, superblock_, slot,
+                         {head.segment, head.generation, static_cast<uint32_t>(format::kSegmentHeaderSize)});
+    ReplayedJournal replayed{slot, {}, {}};
+    while (reader.next(batch)) {
+      for (const format::Key& key : batch) {
+        next_seq = std::max(next_seq, key.seq + 1);
+        if (key.seq >= control.clean_horizon) live.push_back(key);
+      }
+    }
+    if (reader.end() == JournalEnd::Damaged) {
+      return Status::error(EBADMSG, where + ": " + reader.damage() + "; refusing to attach rather than lose the keys after it");
+    }
+    if (reader.end() == JournalEnd::Torn) {
+      spdlog::warn("{}: {}: the last key set was torn by a crash (never acknowledged); the journal ends there", where,
+                   reader.damage());
+    }
+    replayed.chain = reader.segments();
+    replayed.end = reader.position();
+    journals.push_back(std::move(replayed));
+  }
+
+  std::sort(live.begin(), live.end(), [](const format::Key& a, const format::Key& b) { return a.seq < b.seq; });
+  std::map<uint32_t, uint64_t> data_segments;  // segment -> newest dirty key in it
+  for (const format::Key& key : live) {
+    if (key.kind == format::KeyKind::Discard) {
+      index_.remove(key.sector, key.sectors, key.seq);
+      continue;
+    }
+    if (key.kind == format::KeyKind::Zero) {
+      index_.insert(key.sector, key.sectors, 0, key.seq, Extent::kZero);
+      continue;
+    }
+    const bool in_range = key.segment < superblock_.segment_count &&
+                          uint64_t{key.offset_sectors} * format::kSectorSize >= format::kSegmentHeaderSize &&
+                          (uint64_t{key.offset_sectors} + key.sectors) * format::kSectorSize <= superblock_.segment_size;
+    const bool matches = in_range && !header_damaged[key.segment] &&
+                         headers[key.segment].type == format::SegmentType::Data &&
+                         headers[key.segment].generation == key.generation;
+    if (!matches) {
+      // The data phase of a write (segment header included) is fenced before its key is written,
+      // so a durable key whose segment does not carry its generation is damage, not a crash.
+      const std::string why = !in_range                      ? "points outside its segment"
+                              : header_damaged[key.segment] ? "points into segment " + std::to_string(key.segment) +
+                                                                   ", whose header is damaged"
+                                                             : "points into segment " + std::to_string(key.segment) +
+                                                                   ", which does not hold its data any more";
+      return Status::error(EBADMSG, where + ": key " + std::to_string(key.seq) + " (sectors " +
+                                        std::to_string(key.sector) + "+" + std::to_string(key.sectors) + ") " + why +
+                                        "; refusing to serve possibly wrong data");
+    }
+    const uint64_t location = superblock_.segment_offset(key.segment) + uint64_t{key.offset_sectors} * format::kSectorSize;
+    index_.insert(key.sector, key.sectors, location, key.seq, 0);
+    uint64_t& newest = data_segments[key.segment];
+    newest = std::max(newest, key.seq);
+  }
+
+  // Segment uses: journal chains, segments with replayed data, the rest free.
+  for (const ReplayedJournal& journal : journals) {
+    for (const ChainSegment& chain : journal.chain) {
+      if (segments_->at(chain.segment).use != SegmentUse::Free) {
+        return Status::error(EBADMSG, where + ": segment " + std::to_string(chain.segment) + " is in two journals");
+      }
+      segments_->at(chain.segment).use = SegmentUse::Journal;
+    }
+  }
+  for (const auto& [segment, newest] : data_segments) {
+    SegmentInfo& info = segments_->at(segment);
+    if (info.use == SegmentUse::Journal) {
+      return Status::error(EBADMSG, where + ": segment " + std::to_string(segment) + " is both data and journal");
+    }
+    info.use = SegmentUse::Data;
+    info.sealed = true;
+    info.max_dirty_seq = newest;
+  }
+  {
+    // Oldest data first for GC, ordered by the newest key in each segment.
+    std::vector<std::pair<uint64_t, uint32_t>> order;
+    for (const auto& [segment, newest] : data_segments) order.emplace_back(newest, segment);
+    std::sort(order.begin(), order.end());
+    uint64_t rank = 0;
+    for (const auto& [newest, segment] : order) segments_->at(segment).sealed_order = ++rank;
+  }
+  segments_->rebuild_free_list();
+
+  for (const ReplayedJournal& replayed : journals) {
+    JournalState& state = journals_[replayed.slot];
+    std::lock_guard lock(state.mutex);
+    state.in_use = true;
+    state.active = false;
+    state.chain.assign(replayed.chain.begin(), replayed.chain.end());
+    state.published = replayed.end;
+    state.cursor = {replayed.chain.front().segment, replayed.chain.front().generation,
+                    static_cast<uint32_t>(format::kSegmentHeaderSize)};
+  }
+  next_seq_ = std::max(next_seq, control.clean_horizon);
+  recovered_keys_ = live.size();
+
+  if (control.flags & format::ControlArea::kCleanShutdown) {
+    pmem::PmemWriter writer = make_writer();
+    control_->update(writer, [](format::ControlArea& c) { c.flags &= ~format::ControlArea::kCleanShutdown; });
+  }
+  return Status();
+}
+
+}  // namespace pcached::cache

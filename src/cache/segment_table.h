@@ -1,0 +1,67 @@
+// Which segment is what: free, holding data, or part of a journal; its generation; and, for data
+// segments, the newest dirty key written into it. Allocation hands out free segments; GC gives
+// them back. A writer that finds none waits (never fails) until GC frees one.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+namespace pcached::cache {
+
+enum class SegmentUse : uint8_t { Free, Data, Journal };
+
+struct SegmentInfo {
+  SegmentUse use = SegmentUse::Free;
+  uint32_t generation = 0;  // as on the media
+  bool sealed = false;      // Data: no more writes go into it
+  uint64_t sealed_order = 0;  // Data: when it was sealed (GC reclaims the oldest first)
+  uint64_t max_dirty_seq = 0;  // Data: newest key whose data is in it (0: only clean fills)
+};
+
+class SegmentTable {
+ public:
+  explicit SegmentTable(uint32_t count) : segments_(count) {}
+
+  uint32_t count() const { return static_cast<uint32_t>(segments_.size()); }
+
+  // Set-up (recovery), before any concurrent use.
+  SegmentInfo& at(uint32_t segment) { return segments_[segment]; }
+  void rebuild_free_list();
+
+  // Takes a free segment for `use`, bumping its generation; waits while there is none unless
+  // `wait` is false (then nullopt). Returns the segment; its new generation is in info(segment).
+  std::optional<uint32_t> allocate(SegmentUse use, bool wait);
+  void seal(uint32_t segment);
+  void note_dirty(uint32_t segment, uint64_t seq);
+  void release(uint32_t segment);  // back to the free list, after its data was evicted
+
+  SegmentInfo info(uint32_t segment) const;
+  // Sealed data segments whose newest dirty key is below horizon, oldest first.
+  std::vector<uint32_t> reclaimable_data(uint64_t horizon, size_t limit) const;
+
+  uint32_t free_count() const;
+  uint32_t count_of(SegmentUse use) const;
+  // Writers currently waiting for a free segment.
+  uint32_t waiters() const { return waiters_.load(std::memory_order_relaxed); }
+  uint64_t total_waits() const { return total_waits_.load(std::memory_order_relaxed); }
+  // Wakes waiters so they give up (shutdown): allocate() then returns nullopt.
+  void shut_down();
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable freed_;
+  std::vector<SegmentInfo> segments_;
+  std::deque<uint32_t> free_;
+  uint64_t seal_counter_ = 0;
+  bool shut_down_ = false;
+  std::atomic<uint32_t> waiters_{0};
+  std::atomic<uint64_t> total_waits_{0};
+};
+
+}  // namespace pcached::cache

@@ -1,0 +1,351 @@
+#include "cache/writeback.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "cache/engine.h"
+#include "format/layout.h"
+
+namespace pcached::cache {
+
+namespace {
+
+using format::kSectorSize;
+
+constexpr size_t kDefaultBounce = 4 * MiB;
+constexpr uint64_t kMaxWrite = 1 * MiB;
+constexpr unsigned kFailuresBeforeGivingUp = 5;
+constexpr size_t kMaxSegmentsPerGc = 16;
+
+std::byte* aligned_buffer(size_t bytes) { return static_cast<std::byte*>(std::aligned_alloc(4096, bytes)); }
+
+// Counts the completions of a group of submissions and remembers the first failure.
+struct Completions {
+  size_t pending = 0;
+  int error = 0;
+};
+
+class GroupedCompletion final : public io::CompletionHandler {
+ public:
+  GroupedCompletion(Completions& group, int expected) : group_(group), expected_(expected) {}
+  void on_completion(int result) override {
+    if (result != expected_ && group_.error == 0) group_.error = result < 0 ? result : -EIO;
+    --group_.pending;
+  }
+
+ private:
+  Completions& group_;
+  int expected_;
+};
+
+}  // namespace
+
+Writeback::Writeback(Engine& engine)
+    : engine_(engine), writer_(engine.make_writer()), bounce_(aligned_buffer(kDefaultBounce), std::free),
+      bounce_size_(kDefaultBounce) {
+  auto ring = io::Ring::create(128);
+  if (!ring.ok()) {
+    spdlog::critical("cache on {}: writeback cannot start: {}", engine.options_.region_path, ring.status().message());
+    std::abort();
+  }
+  ring_ = std::move(ring.value());
+}
+
+Writeback::~Writeback() { stop(); }
+
+void Writeback::start() { thread_ = std::thread([this] { run(); }); }
+
+void Writeback::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  progress_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Writeback::kick() {
+  {
+    std::lock_guard lock(mutex_);
+    kicked_ = true;
+  }
+  wake_.notify_all();
+}
+
+void Writeback::add_to(CacheStats& stats) const {
+  stats.writeback_bytes = bytes_.load();
+  stats.writeback_batches = batches_.load();
+  stats.writeback_errors = errors_.load();
+  stats.gc_runs = gc_runs_.load();
+  stats.segments_reclaimed = reclaimed_.load();
+  stats.writeback_stalled = stalled_.load();
+}
+
+void Writeback::run() {
+  for (;;) {
+    {
+      std::lock_guard lock(mutex_);
+      if (stop_) return;
+    }
+    const bool progressed = write_back_batch();
+    reclaim_journals();
+    collect_garbage();
+    progress_.notify_all();
+    if (progressed && consecutive_failures_ == 0) continue;
+    std::unique_lock lock(mutex_);
+    // After a failure, back off (50 ms doubling to 5 s) before retrying the same data.
+    const auto pause = consecutive_failures_ == 0
+                           ? std::chrono::duration_cast<std::chrono::milliseconds>(engine_.options_.writeback_interval)
+                           : std::chrono::milliseconds(std::min(5000u, 50u << std::min(consecutive_failures_.load(), 7u)));
+    wake_.wait_for(lock, pause, [&] { return stop_ || kicked_; });
+    kicked_ = false;
+  }
+}
+
+void Writeback::grow_bounce(size_t bytes) {
+  bounce_.reset(aligned_buffer(bytes));
+  bounce_size_ = bytes;
+}
+
+void Writeback::collect(std::vector<Piece>& pieces, std::vector<CursorUpdate>& cursors) {
+  const uint64_t horizon = engine_.clean_horizon_.load();
+  size_t used = 0;
+  std::map<uint64_t, uint64_t> taken;  // sector ranges already in the batch: start -> end
+  auto overlaps = [&](uint64_t begin, uint64_t end) {
+    auto it = taken.upper_bound(begin);
+    if (it != taken.begin() && std::prev(it)->second > begin) return true;
+    return it != taken.end() && it->first < end;
+  };
+  std::vector<format::Key> keys;
+  for (uint32_t slot = 0; slot < format::kMaxJournals && used < bounce_size_; ++slot) {
+    JournalState& journal = engine_.journals_[slot];
+    JournalPosition cursor, published;
+    {
+      std::lock_guard lock(journal.mutex);
+      if (!journal.in_use) continue;
+      cursor = journal.cursor;
+      published = journal.published;
+    }
+    if (cursor == published) continue;
+    JournalReader reader(*engine_.region_, engine_.superblock_, slot, cursor);
+    JournalPosition done = cursor;
+    while (used < bounce_size_ && reader.next(keys, &published)) {
+      const size_t mark = pieces.size();
+      const size_t used_mark = used;
+      bool fits = true;
+      for (const format::Key& key : keys) {
+        if (key.seq < horizon || key.kind == format::KeyKind::Discard) continue;
+        // The parts of the key no newer key has replaced, copied while the shard lock keeps them
+        // from being replaced or evicted under us.
+        engine_.index_.lookup(key.sector, key.sectors, [&](const std::vector<cache::Piece>& found, uint64_t) {
+          for (const cache::Piece& piece : found) {
+            if (!fits || !piece.cached || piece.extent.seq != key.seq) continue;
+            const uint64_t bytes = uint64_t{piece.sectors} * kSectorSize;
+            if (used + bytes > bounce_size_ || overlaps(piece.sector, piece.sector + piece.sectors)) {
+              fits = false;
+              continue;
+            }
+            if (piece.extent.flags & Extent::kZero) {
+              std::memset(bounce_.get() + used, 0, bytes);
+            } else if (Status read = engine_.region_->read(piece.extent.location, bounce_.get() + used, bytes); !read.ok()) {
+              // The only copy of this data is unreadable: nothing can be written back for it.
+              spdlog::error("cache on {}: dirty sectors {}+{} lost to a media error: {}", engine_.options_.region_path,
+                            piece.sector, piece.sectors, read.message());
+              errors_.fetch_add(1);
+              continue;
+            }
+            pieces.push_back({piece.sector, piece.sectors, used});
+            used += bytes;
+          }
+        });
+        if (!fits) break;
+      }
+      if (!fits) {
+        pieces.resize(mark);
+        used = used_mark;
+        if (pieces.empty()) {
+          // One key set larger than the whole buffer: make room and try it again next round.
+          grow_bounce(bounce_size_ * 2);
+        }
+        break;
+      }
+      for (size_t i = mark; i < pieces.size(); ++i) taken.emplace(pieces[i].sector, pieces[i].sector + pieces[i].sectors);
+      done = reader.position();
+    }
+    if (!(done == cursor)) cursors.push_back({slot, done});
+  }
+}
+
+int Writeback::write_and_flush(const std::vector<Piece>& pieces) {
+  Completions group;
+  std::vector<std::unique_ptr<GroupedCompletion>> handlers;
+  size_t i = 0;
+  while (i < pieces.size()) {
+    // Coalesce runs that are adjacent on the device and in the buffer.
+    uint64_t sector = pieces[i].sector;
+    uint64_t sectors = pieces[i].sectors;
+    const size_t offset = pieces[i].buffer_offset;
+    size_t j = i + 1;
+    while (j < pieces.size() && pieces[j].sector == sector + sectors &&
+           pieces[j].buffer_offset == offset + sectors * kSectorSize && (sectors + pieces[j].sectors) * kSectorSize <= kMaxWrite) {
+      sectors += pieces[j].sectors;
+      ++j;
+    }
+    const auto bytes = static_cast<uint32_t>(sectors * kSectorSize);
+    handlers.push_back(std::make_unique<GroupedCompletion>(group, static_cast<int>(bytes)));
+    ++group.pending;
+    engine_.backing_->write(*ring_, bounce_.get() + offset, sector * kSectorSize, bytes, handlers.back().get());
+    i = j;
+  }
+  while (group.pending > 0) ring_->wait_and_dispatch(std::chrono::milliseconds(100));
+  if (group.error != 0) return group.error;
+
+  // Invariant 4: keys become clean only after their data is on the device and the device flushed.
+  handlers.push_back(std::make_unique<GroupedCompletion>(group, 0));
+  ++group.pending;
+  engine_.backing_->flush(*ring_, handlers.back().get());
+  while (group.pending > 0) ring_->wait_and_dispatch(std::chrono::milliseconds(100));
+  return group.error;
+}
+
+bool Writeback::write_back_batch() {
+  std::vector<Piece> pieces;
+  std::vector<CursorUpdate> cursors;
+  collect(pieces, cursors);
+  if (!pieces.empty()) {
+    const int result = write_and_flush(pieces);
+    if (result != 0) {
+      errors_.fetch_add(1);
+      stalled_ = true;
+      ++consecutive_failures_;
+      {
+        std::lock_guard lock(mutex_);
+        last_error_ = -result;
+      }
+      spdlog::warn("cache on {}: writeback to {} failed ({}), attempt {}; dirty data stays on pmem and is retried",
+                   engine_.options_.region_path, engine_.backing_->path(), std::strerror(-result), consecutive_failures_);
+      return false;
+    }
+    uint64_t bytes = 0;
+    for (const Piece& piece : pieces) bytes += uint64_t{piece.sectors} * kSectorSize;
+    bytes_.fetch_add(bytes);
+    batches_.fetch_add(1);
+  }
+  for (const CursorUpdate& update : cursors) {
+    std::lock_guard lock(engine_.journals_[update.slot].mutex);
+    engine_.journals_[update.slot].cursor = update.position;
+  }
+  stalled_ = false;
+  consecutive_failures_ = 0;
+  const uint64_t before = engine_.clean_horizon_.load();
+  advance_horizon();
+  return !pieces.empty() || !cursors.empty() || engine_.clean_horizon_.load() != before;
+}
+
+void Writeback::advance_horizon() {
+  const uint64_t horizon = engine_.compute_horizon();
+  if (horizon <= engine_.clean_horizon_.load()) return;
+  const uint64_t next = engine_.next_seq_.load();
+  engine_.control_->update(writer_, [&](format::ControlArea& control) {
+    control.clean_horizon = horizon;
+    control.next_seq = std::max({control.next_seq, next, horizon});
+  });
+  engine_.clean_horizon_.store(horizon, std::memory_order_release);
+}
+
+void Writeback::reclaim_journals() {
+  const uint64_t horizon = engine_.clean_horizon_.load();
+  std::vector<std::pair<uint32_t, format::JournalHead>> heads;
+  std::vector<uint32_t> emptied;
+  std::vector<uint32_t> released;
+  for (uint32_t slot = 0; slot < format::kMaxJournals; ++slot) {
+    JournalState& journal = engine_.journals_[slot];
+    std::lock_guard lock(journal.mutex);
+    if (!journal.in_use || journal.chain.empty()) continue;
+    bool changed = false;
+    while (!journal.chain.empty()) {
+      const ChainSegment front = journal.chain.front();
+      const bool tail = journal.chain.size() == 1;
+      if (tail && (journal.active || !(journal.cursor == journal.published))) break;
+      if (front.max_seq >= horizon) break;
+      // Every key in it is clean: the segment can go once the control area no longer names it.
+      journal.chain.pop_front();
+      released.push_back(front.segment);
+      changed = true;
+      if (journal.cursor.segment == front.segment && !journal.chain.empty()) {
+        journal.cursor = {journal.chain.front().segment, journal.chain.front().generation,
+                          static_cast<uint32_t>(format::kSegmentHeaderSize)};
+      }
+    }
+    if (!changed) continue;
+    if (journal.chain.empty()) {
+      heads.emplace_back(slot, format::JournalHead{});
+      emptied.push_back(slot);
+    } else {
+      heads.emplace_back(slot, format::JournalHead{journal.chain.front().segment, journal.chain.front().generation});
+    }
+  }
+  if (heads.empty()) return;
+  // Ordering: the control area stops naming the segments before they can be reused.
+  engine_.control_->update(writer_, [&](format::ControlArea& control) {
+    for (const auto& [slot, head] : heads) control.journals[slot] = head;
+  });
+  for (uint32_t slot : emptied) {
+    std::lock_guard lock(engine_.journals_[slot].mutex);
+    engine_.journals_[slot].in_use = false;
+  }
+  for (uint32_t segment : released) engine_.segments_->release(segment);
+}
+
+bool Writeback::gc_needed() const {
+  const SegmentTable& segments = *engine_.segments_;
+  const uint64_t total = segments.count();
+  const uint64_t used = total - segments.free_count();
+  return segments.waiters() > 0 || used * 100 > total * engine_.options_.gc_threshold_percent;
+}
+
+void Writeback::collect_garbage() {
+  if (!gc_needed()) return;
+  SegmentTable& segments = *engine_.segments_;
+  const uint64_t total = segments.count();
+  const uint64_t used = total - segments.free_count();
+  const uint64_t allowed = total * engine_.options_.gc_threshold_percent / 100;
+  const size_t wanted = std::clamp<size_t>(used > allowed ? used - allowed : 1, 1, kMaxSegmentsPerGc);
+  const std::vector<uint32_t> victims = segments.reclaimable_data(engine_.clean_horizon_.load(), wanted);
+  if (victims.empty()) return;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (uint32_t segment : victims) {
+    const uint64_t start = engine_.superblock_.segment_offset(segment);
+    ranges.emplace_back(start, start + engine_.superblock_.segment_size);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  // Their data is clean: dropping it from the index sends reads to the backing device. Invariant
+  // 5: the next user of a segment writes a higher generation before any key can name it.
+  engine_.index_.evict_if([&](uint64_t location) {
+    auto it = std::upper_bound(ranges.begin(), ranges.end(), std::make_pair(location, UINT64_MAX));
+    return it != ranges.begin() && location < std::prev(it)->second;
+  });
+  for (uint32_t segment : victims) segments.release(segment);
+  gc_runs_.fetch_add(1);
+  reclaimed_.fetch_add(victims.size());
+}
+
+Status Writeback::write_back_everything() {
+  const uint64_t target = engine_.next_seq_.load();
+  kick();
+  std::unique_lock lock(mutex_);
+  progress_.wait(lock, [&] {
+    return stop_ || engine_.clean_horizon_.load() >= target || consecutive_failures_ >= kFailuresBeforeGivingUp;
+  });
+  if (engine_.clean_horizon_.load() >= target) return Status();
+  if (stop_) return Status::error(ESHUTDOWN, "writeback stopped");
+  return Status::error(last_error_ != 0 ? last_error_ : EIO,
+                       "writeback to " + engine_.backing_->path() + " keeps failing: " + std::strerror(last_error_));
+}
+
+}  // namespace pcached::cache

@@ -1,0 +1,73 @@
+#include "io/ring.h"
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+namespace pcached::io {
+
+Result<std::unique_ptr<Ring>> Ring::create(unsigned entries, unsigned flags) {
+  auto ring = std::unique_ptr<Ring>(new Ring());
+  if (int rc = io_uring_queue_init(entries, &ring->ring_, flags); rc < 0) {
+    return Status::error(-rc, std::string("cannot create an io_uring of ") + std::to_string(entries) +
+                                  " entries: " + std::strerror(-rc));
+  }
+  ring->initialised_ = true;
+  return ring;
+}
+
+Ring::~Ring() {
+  if (initialised_) io_uring_queue_exit(&ring_);
+}
+
+io_uring_sqe* Ring::prepare(CompletionHandler* handler) {
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+  while (sqe == nullptr) {
+    io_uring_submit(&ring_);
+    sqe = io_uring_get_sqe(&ring_);
+  }
+  // Clear through a byte pointer: on SQE128 rings the slot is larger than the struct type.
+  std::memset(static_cast<void*>(sqe), 0, sizeof *sqe);
+  io_uring_sqe_set_data(sqe, handler);
+  ++submitted_;
+  return sqe;
+}
+
+unsigned Ring::submit() {
+  const int rc = io_uring_submit(&ring_);
+  return rc > 0 ? static_cast<unsigned>(rc) : 0;
+}
+
+unsigned Ring::drain_completions() {
+  unsigned count = 0;
+  io_uring_cqe* cqe = nullptr;
+  while (io_uring_peek_cqe(&ring_, &cqe) == 0 && cqe != nullptr) {
+    auto* handler = static_cast<CompletionHandler*>(io_uring_cqe_get_data(cqe));
+    const int result = cqe->res;
+    io_uring_cqe_seen(&ring_, cqe);
+    ++completed_;
+    ++count;
+    if (handler != nullptr) handler->on_completion(result);
+  }
+  return count;
+}
+
+unsigned Ring::wait_and_dispatch(std::chrono::nanoseconds timeout) {
+  submit();
+  unsigned count = drain_completions();
+  if (count > 0) return count;
+  __kernel_timespec ts{};
+  ts.tv_sec = static_cast<long long>(timeout.count() / 1'000'000'000);
+  ts.tv_nsec = static_cast<long long>(timeout.count() % 1'000'000'000);
+  io_uring_cqe* cqe = nullptr;
+  const int rc = io_uring_wait_cqe_timeout(&ring_, &cqe, &ts);
+  if (rc < 0 && rc != -ETIME && rc != -EINTR) return 0;
+  return drain_completions();
+}
+
+unsigned Ring::dispatch() {
+  submit();
+  return drain_completions();
+}
+
+}  // namespace pcached::io

@@ -1,0 +1,56 @@
+// One io_uring, owned by one thread. Every submission carries the CompletionHandler that its
+// completion is dispatched to; the ring owner's loop calls wait_and_dispatch() or dispatch().
+#pragma once
+
+#include <liburing.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+#include "pcached/status.h"
+
+namespace pcached::io {
+
+class CompletionHandler {
+ public:
+  // result: the CQE's res (bytes transferred, 0, or a negative errno).
+  virtual void on_completion(int result) = 0;
+
+ protected:
+  ~CompletionHandler() = default;
+};
+
+class Ring {
+ public:
+  static Result<std::unique_ptr<Ring>> create(unsigned entries, unsigned flags = 0);
+  ~Ring();
+  Ring(const Ring&) = delete;
+  Ring& operator=(const Ring&) = delete;
+
+  // A cleared SQE whose completion goes to handler (nullptr: completion ignored). Submits pending
+  // SQEs to make room when the submission queue is full.
+  io_uring_sqe* prepare(CompletionHandler* handler);
+  // Hands prepared SQEs to the kernel; returns how many.
+  unsigned submit();
+  // Submits, waits up to timeout for at least one completion, dispatches every completion that is
+  // there. Returns the number dispatched.
+  unsigned wait_and_dispatch(std::chrono::nanoseconds timeout);
+  // Dispatches what has completed, without waiting (submits first).
+  unsigned dispatch();
+  // Submissions whose completion has not been dispatched yet.
+  uint64_t in_flight() const { return submitted_ - completed_; }
+
+  io_uring* native() { return &ring_; }
+
+ private:
+  Ring() = default;
+  unsigned drain_completions();
+
+  io_uring ring_{};
+  bool initialised_ = false;
+  uint64_t submitted_ = 0;
+  uint64_t completed_ = 0;
+};
+
+}  // namespace pcached::io

@@ -1,0 +1,92 @@
+// A cache on emulated pmem (a /dev/shm file at cache-line granularity) over a backing file, with
+// data patterns that say which write put them there.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+#include "frontend/sync_queue.h"
+#include "pcached/cache.h"
+#include "support/scratch_file.h"
+
+namespace pcached::testing {
+
+inline constexpr uint64_t kSector = 512;
+
+struct CacheFiles {
+  CacheFiles(uint64_t region_bytes, uint64_t backing_bytes) : region(region_bytes), backing(backing_bytes) {}
+  ScratchFile region;
+  ScratchFile backing;
+
+  cache::CacheOptions options(bool format = false) const {
+    cache::CacheOptions options;
+    options.region_path = region.path();
+    options.backing_path = backing.path();
+    options.format = format;
+    options.segment_size = 1 * MiB;
+    options.copy_policy.spec = pmem::parse_policy_spec("nt").value();
+    options.writeback_interval = std::chrono::milliseconds(1);
+    return options;
+  }
+};
+
+inline std::unique_ptr<cache::Cache> open_cache(const cache::CacheOptions& options) {
+  ForcedGranularity cache_line("CACHE_LINE");
+  auto cache = cache::Cache::open(options);
+  if (!cache.ok()) throw std::runtime_error(cache.status().message());
+  return std::move(cache.value());
+}
+
+inline std::unique_ptr<frontend::SyncQueue> make_queue(cache::Cache& cache) {
+  auto queue = frontend::SyncQueue::create(cache);
+  if (!queue.ok()) throw std::runtime_error(queue.status().message());
+  return std::move(queue.value());
+}
+
+// Sector content that names its write: (write id, sector), then bytes derived from both.
+inline void fill_sector(std::byte* sector_data, uint64_t write_id, uint64_t sector) {
+  std::memcpy(sector_data, &write_id, 8);
+  std::memcpy(sector_data + 8, &sector, 8);
+  uint64_t x = write_id * 0x9E3779B97F4A7C15ull ^ sector;
+  for (size_t i = 16; i < kSector; i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(sector_data + i, &x, 8);
+  }
+}
+
+inline std::vector<std::byte> pattern(uint64_t write_id, uint64_t sector, uint32_t sectors) {
+  std::vector<std::byte> data(sectors * kSector);
+  for (uint32_t i = 0; i < sectors; ++i) fill_sector(data.data() + i * kSector, write_id, sector + i);
+  return data;
+}
+
+// The write id a sector holds, 0 for all zeros, UINT64_MAX for anything else (torn or wrong).
+inline uint64_t decode_sector(const std::byte* sector_data, uint64_t sector) {
+  uint64_t id = 0;
+  std::memcpy(&id, sector_data, 8);
+  if (id == 0) {
+    for (size_t i = 0; i < kSector; ++i) {
+      if (sector_data[i] != std::byte{0}) return UINT64_MAX;
+    }
+    return 0;
+  }
+  std::byte expected[kSector];
+  fill_sector(expected, id, sector);
+  return std::memcmp(expected, sector_data, kSector) == 0 ? id : UINT64_MAX;
+}
+
+inline std::vector<std::byte> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  std::vector<std::byte> bytes(static_cast<size_t>(in.tellg()));
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  return bytes;
+}
+
+}  // namespace pcached::testing

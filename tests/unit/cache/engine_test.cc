@@ -1,0 +1,246 @@
+#include <catch2/catch.hpp>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "backing/backing_device.h"
+#include "format/layout.h"
+#include "support/cache_fixture.h"
+
+using namespace pcached;
+using namespace pcached::testing;
+
+namespace {
+
+constexpr uint64_t kRegionBytes = format::kDataStart + 16 * MiB;  // 16 segments of 1 MiB
+constexpr uint64_t kBackingBytes = 32 * MiB;
+constexpr uint64_t kBackingSectors = kBackingBytes / kSector;
+
+// What every sector should read as: the id of the write that last wrote it (0: zeros).
+class Model {
+ public:
+  explicit Model(uint64_t sectors) : ids_(sectors, 0) {}
+  void write(uint64_t sector, uint32_t sectors, uint64_t id) { std::fill_n(ids_.begin() + sector, sectors, id); }
+  uint64_t at(uint64_t sector) const { return ids_[sector]; }
+
+  // Where buffer differs from what the model says; empty when it does not.
+  std::string mismatch(uint64_t sector, uint32_t sectors, const std::vector<std::byte>& buffer) const {
+    for (uint32_t i = 0; i < sectors; ++i) {
+      const uint64_t got = decode_sector(buffer.data() + i * kSector, sector + i);
+      if (got != ids_[sector + i]) {
+        return "sector " + std::to_string(sector + i) + " holds write " + std::to_string(got) + ", expected " +
+               std::to_string(ids_[sector + i]);
+      }
+    }
+    return {};
+  }
+  void check(uint64_t sector, uint32_t sectors, const std::vector<std::byte>& buffer) const {
+    REQUIRE(mismatch(sector, sectors, buffer).empty());
+  }
+
+ private:
+  std::vector<uint64_t> ids_;
+};
+
+void check_everything(frontend::SyncQueue& queue, const Model& model, uint64_t from, uint64_t to) {
+  std::vector<std::byte> buffer(256 * kSector);
+  for (uint64_t sector = from; sector < to; sector += 256) {
+    const auto sectors = static_cast<uint32_t>(std::min<uint64_t>(256, to - sector));
+    REQUIRE(queue.read(sector, sectors, buffer.data()) == static_cast<int>(sectors * kSector));
+    model.check(sector, sectors, buffer);
+  }
+}
+
+// A random mix of writes, reads, discards, write-zeroes and flushes over [from, to), every read
+// compared with the model. Discarded sectors may read as old data or as the backing device's, so
+// after a discard the workload writes the range again. Returns the first failure (no Catch
+// assertions: it also runs on several threads).
+std::string random_workload(frontend::SyncQueue& queue, Model& model, uint64_t from, uint64_t to, uint64_t seed,
+                            int operations, uint64_t id_base) {
+  std::mt19937_64 rng(seed);
+  uint64_t next_id = id_base;
+  std::vector<std::byte> buffer;
+  for (int op = 0; op < operations; ++op) {
+    const uint64_t sector = from + rng() % (to - from);
+    const auto sectors = static_cast<uint32_t>(1 + rng() % std::min<uint64_t>(rng() % 4 == 0 ? 512 : 16, to - sector));
+    const unsigned kind = static_cast<unsigned>(rng() % 100);
+    const std::string where = "seed " + std::to_string(seed) + " op " + std::to_string(op) + " (" +
+                              std::to_string(sector) + "+" + std::to_string(sectors) + "): ";
+    const int bytes = static_cast<int>(sectors * kSector);
+    auto write = [&] {
+      const uint64_t id = next_id++;
+      const auto data = pattern(id, sector, sectors);
+      if (int rc = queue.write(sector, sectors, data.data()); rc != bytes) return where + "write returned " + std::to_string(rc);
+      model.write(sector, sectors, id);
+      return std::string();
+    };
+    std::string failure;
+    if (kind < 50) {
+      failure = write();
+    } else if (kind < 88) {
+      buffer.assign(sectors * kSector, std::byte{0xCD});
+      if (int rc = queue.read(sector, sectors, buffer.data()); rc != bytes) {
+        failure = where + "read returned " + std::to_string(rc);
+      } else if (std::string m = model.mismatch(sector, sectors, buffer); !m.empty()) {
+        failure = where + "read: " + m;
+      }
+    } else if (kind < 93) {
+      if (int rc = queue.write_zeroes(sector, sectors); rc != 0) failure = where + "write-zeroes returned " + std::to_string(rc);
+      model.write(sector, sectors, 0);
+    } else if (kind < 97) {
+      if (int rc = queue.discard(sector, sectors); rc != 0) failure = where + "discard returned " + std::to_string(rc);
+      if (failure.empty()) failure = write();
+    } else if (int rc = queue.flush(); rc != 0) {
+      failure = where + "flush returned " + std::to_string(rc);
+    }
+    if (!failure.empty()) return failure;
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("a formatted cache serves writes from pmem and misses from the backing device", "[cache][engine]") {
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  {
+    // Put recognisable data on the backing device first.
+    std::FILE* backing = std::fopen(files.backing.path().c_str(), "r+b");
+    const auto data = pattern(999, 1000, 64);
+    std::fseek(backing, 1000 * kSector, SEEK_SET);
+    std::fwrite(data.data(), 1, data.size(), backing);
+    std::fclose(backing);
+  }
+  auto cache = open_cache(files.options(/*format=*/true));
+  auto queue = make_queue(*cache);
+  Model model(kBackingSectors);
+  model.write(1000, 64, 999);
+
+  const auto first = pattern(1, 1010, 8);
+  REQUIRE(queue->write(1010, 8, first.data()) == 8 * 512);
+  model.write(1010, 8, 1);
+  std::vector<std::byte> buffer(64 * kSector);
+  REQUIRE(queue->read(1000, 64, buffer.data()) == 64 * 512);  // partial hit merged with the backing data
+  model.check(1000, 64, buffer);
+  REQUIRE(queue->read(1010, 8, buffer.data()) == 8 * 512);  // full hit
+  model.check(1010, 8, buffer);
+
+  const cache::CacheStats stats = cache->stats();
+  CHECK(stats.writes == 1);
+  CHECK(stats.read_partial_hits == 1);
+  CHECK(stats.read_hits >= 1);
+  CHECK(stats.device_bytes == kBackingBytes);
+  // The partial hit filled the missed sectors: now all of them are cached.
+  REQUIRE(queue->read(1000, 64, buffer.data()) == 64 * 512);
+  model.check(1000, 64, buffer);
+  CHECK(cache->stats().read_hits == stats.read_hits + 1);
+  queue.reset();
+  REQUIRE(cache->detach(false).ok());
+}
+
+TEST_CASE("write-zeroes reads back as zeros and discard forgets the cached copy", "[cache][engine]") {
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  auto cache = open_cache(files.options(true));
+  auto queue = make_queue(*cache);
+  const auto data = pattern(5, 100, 16);
+  REQUIRE(queue->write(100, 16, data.data()) == 16 * 512);
+  REQUIRE(queue->write_zeroes(104, 4) == 0);
+  std::vector<std::byte> buffer(16 * kSector);
+  REQUIRE(queue->read(100, 16, buffer.data()) == 16 * 512);
+  Model model(kBackingSectors);
+  model.write(100, 16, 5);
+  model.write(104, 4, 0);
+  model.check(100, 16, buffer);
+
+  REQUIRE(queue->discard(100, 16) == 0);
+  REQUIRE(queue->read(100, 16, buffer.data()) == 16 * 512);
+  // Never written back, now discarded: the backing device's zeros.
+  for (uint32_t i = 0; i < 16; ++i) CHECK(decode_sector(buffer.data() + i * kSector, 100 + i) == 0);
+  CHECK(cache->stats().discards == 1);
+  CHECK(cache->stats().write_zeroes == 1);
+}
+
+TEST_CASE("requests outside the device or not block aligned are refused", "[cache][engine][bad-input]") {
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  auto cache = open_cache(files.options(true));
+  auto queue = make_queue(*cache);
+  std::vector<std::byte> buffer(8 * kSector);
+  CHECK(queue->read(kBackingSectors - 4, 8, buffer.data()) == -EINVAL);
+  CHECK(queue->write(kBackingSectors, 1, buffer.data()) == -EINVAL);
+  CHECK(queue->read(0, 0, buffer.data()) == -EINVAL);
+  CHECK(queue->read(UINT64_MAX - 2, 4, buffer.data()) == -EINVAL);
+}
+
+TEST_CASE("random workloads match the model while writeback and GC run, and survive detach and reopen",
+          "[cache][engine][model]") {
+  const uint64_t seed = GENERATE(11, 12, 13, 14, 15, 16);
+  INFO("seed " << seed);
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  Model model(kBackingSectors);
+  {
+    auto cache = open_cache(files.options(true));
+    auto queue = make_queue(*cache);
+    // Enough data to cycle the 16 MiB cache several times over a 32 MiB device.
+    REQUIRE(random_workload(*queue, model, 0, kBackingSectors, seed, 3000, 1) == "");
+    check_everything(*queue, model, 0, kBackingSectors);
+    const cache::CacheStats stats = cache->stats();
+    CHECK(stats.gc_runs > 0);
+    CHECK(stats.writeback_batches > 0);
+    queue.reset();
+    REQUIRE(cache->detach(false).ok());
+  }
+  // A clean detach leaves every byte on the backing device.
+  const auto backing = read_file(files.backing.path());
+  for (uint64_t sector = 0; sector < kBackingSectors; ++sector) {
+    INFO("backing sector " << sector);
+    REQUIRE(decode_sector(backing.data() + sector * kSector, sector) == model.at(sector));
+  }
+  auto cache = open_cache(files.options());
+  auto queue = make_queue(*cache);
+  check_everything(*queue, model, 0, kBackingSectors);
+  REQUIRE(random_workload(*queue, model, 0, kBackingSectors, seed + 100, 500, 1'000'000) == "");
+  check_everything(*queue, model, 0, kBackingSectors);
+}
+
+TEST_CASE("queues on several threads work side by side", "[cache][engine][model]") {
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  auto cache = open_cache(files.options(true));
+  Model model(kBackingSectors);
+  const uint64_t half = kBackingSectors / 2;
+  std::vector<std::thread> threads;
+  std::string failures[2];
+  for (unsigned t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      auto queue = make_queue(*cache);
+      failures[t] = random_workload(*queue, model, t * half, (t + 1) * half, 40 + t, 2000, (t + 1) * 10'000'000);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  CHECK(failures[0] == "");
+  CHECK(failures[1] == "");
+  auto queue = make_queue(*cache);
+  check_everything(*queue, model, 0, kBackingSectors);
+}
+
+TEST_CASE("an abandoned cache (a crash) reopens with every acknowledged write", "[cache][engine][recovery]") {
+  const uint64_t seed = GENERATE(21, 22, 23);
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  Model model(kBackingSectors);
+  {
+    auto cache = open_cache(files.options(true));
+    auto queue = make_queue(*cache);
+    REQUIRE(random_workload(*queue, model, 0, kBackingSectors, seed, 1500, 1) == "");
+    // Keep the last writes dirty: writeback fails from here on, so the crash leaves keys to replay.
+    cache->backing_faults().writes.count = -1;
+    const auto data = pattern(4'000'000, 0, 64);
+    REQUIRE(queue->write(0, 64, data.data()) == 64 * 512);
+    model.write(0, 64, 4'000'000);
+    queue.reset();
+    cache->abandon();
+  }
+  auto cache = open_cache(files.options());
+  CHECK(cache->stats().recovered_keys > 0);
+  auto queue = make_queue(*cache);
+  check_everything(*queue, model, 0, kBackingSectors);
+  REQUIRE(random_workload(*queue, model, 0, kBackingSectors, seed + 7, 500, 5'000'000) == "");
+  check_everything(*queue, model, 0, kBackingSectors);
+}

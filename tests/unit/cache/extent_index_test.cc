@@ -1,0 +1,128 @@
+#include <catch2/catch.hpp>
+#include <random>
+#include <vector>
+
+#include "cache/extent_index.h"
+
+using namespace pcached::cache;
+
+namespace {
+
+// Per-sector truth: which seq owns it and where its data is.
+struct SectorModel {
+  bool cached = false;
+  uint64_t seq = 0;
+  uint64_t location = 0;
+  uint32_t flags = 0;
+};
+
+constexpr uint64_t kSectors = 6 * ExtentIndex::kStripeSectors + 77;
+
+void check_against(const ExtentIndex& index, const std::vector<SectorModel>& model, uint64_t from, uint64_t count) {
+  uint64_t expected_sector = from;
+  index.lookup(from, static_cast<uint32_t>(count), [&](const std::vector<Piece>& pieces, uint64_t) {
+    for (const Piece& piece : pieces) {
+      REQUIRE(piece.sector == expected_sector);
+      for (uint64_t s = piece.sector; s < piece.sector + piece.sectors; ++s) {
+        INFO("sector " << s);
+        REQUIRE(model[s].cached == piece.cached);
+        if (!piece.cached) continue;
+        REQUIRE(model[s].seq == piece.extent.seq);
+        REQUIRE(model[s].flags == piece.extent.flags);
+        if (!(piece.extent.flags & Extent::kZero)) {
+          REQUIRE(model[s].location == piece.extent.location + (s - piece.sector) * 512);
+        }
+      }
+      expected_sector += piece.sectors;
+    }
+  });
+  REQUIRE(expected_sector == from + count);
+}
+
+}  // namespace
+
+TEST_CASE("the index matches a per-sector model under random inserts, removes and fills", "[cache][index]") {
+  const uint64_t seed = GENERATE(1, 2, 3, 4, 5);
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  ExtentIndex index;
+  std::vector<SectorModel> model(kSectors);
+  uint64_t next_seq = 1;
+  uint64_t next_location = 1 << 20;
+
+  for (int op = 0; op < 4000; ++op) {
+    const uint64_t sector = rng() % kSectors;
+    const uint32_t sectors = static_cast<uint32_t>(1 + rng() % std::min<uint64_t>(3000, kSectors - sector));
+    const int kind = static_cast<int>(rng() % 10);
+    if (kind < 6) {
+      // Mostly increasing sequence numbers, sometimes an older key arriving late.
+      const uint64_t seq = (rng() % 8 == 0 && next_seq > 10) ? next_seq - 1 - rng() % 10 : next_seq++;
+      const uint32_t flags = rng() % 6 == 0 ? Extent::kZero : 0;
+      const uint64_t location = next_location;
+      next_location += sectors * 512;
+      index.insert(sector, sectors, location, seq, flags);
+      for (uint64_t s = sector; s < sector + sectors; ++s) {
+        if (model[s].cached && model[s].seq > seq) continue;
+        model[s] = {true, seq, location + (s - sector) * 512, flags};
+      }
+    } else if (kind < 8) {
+      const uint64_t seq = next_seq++;
+      index.remove(sector, sectors, seq);
+      for (uint64_t s = sector; s < sector + sectors; ++s) {
+        if (model[s].cached && model[s].seq < seq) model[s] = {};
+      }
+    } else {
+      // A fill: only into a range found empty, and only if nothing changed meanwhile.
+      const uint64_t stripe_end = (sector | (ExtentIndex::kStripeSectors - 1)) + 1;
+      const uint32_t length = static_cast<uint32_t>(std::min<uint64_t>(sectors, stripe_end - sector));
+      bool empty = true;
+      uint64_t change_count = 0;
+      index.lookup(sector, length, [&](const std::vector<Piece>& pieces, uint64_t count) {
+        change_count = count;
+        for (const Piece& piece : pieces) empty = empty && !piece.cached;
+      });
+      if (!empty) continue;
+      const bool race = rng() % 4 == 0;
+      if (race) index.insert(sector, 1, 0, next_seq++, Extent::kZero);
+      const bool filled = index.insert_fill(sector, length, next_location, change_count);
+      CHECK(filled == !race);
+      if (race) model[sector] = {true, next_seq - 1, 0, Extent::kZero};
+      if (filled) {
+        for (uint64_t s = sector; s < sector + length; ++s) model[s] = {true, 0, next_location + (s - sector) * 512, Extent::kFill};
+      }
+      next_location += length * 512;
+    }
+    if (op % 97 == 0) check_against(index, model, 0, kSectors);
+  }
+  check_against(index, model, 0, kSectors);
+  uint64_t cached = 0;
+  for (const SectorModel& s : model) cached += s.cached;
+  CHECK(index.cached_sectors() == cached);
+}
+
+TEST_CASE("live pieces are what a key still owns", "[cache][index]") {
+  ExtentIndex index;
+  index.insert(100, 100, 1 << 20, 5, 0);
+  index.insert(120, 10, 2 << 20, 6, 0);
+  const auto live = index.live_pieces(100, 100, 5);
+  REQUIRE(live.size() == 2);
+  CHECK(live[0].sector == 100);
+  CHECK(live[0].sectors == 20);
+  CHECK(live[1].sector == 130);
+  CHECK(live[1].sectors == 70);
+  CHECK(live[1].extent.location == (1 << 20) + 30 * 512);
+  CHECK(index.live_pieces(100, 100, 6).size() == 1);
+  CHECK(index.sectors_at_or_above(6) == 10);
+  CHECK(index.sectors_at_or_above(0) == 100);
+}
+
+TEST_CASE("eviction by location removes exactly the extents in the range", "[cache][index]") {
+  ExtentIndex index;
+  index.insert(0, 8, 1000 * 512, 1, 0);
+  index.insert(5000, 8, 2000 * 512, 2, 0);
+  index.insert(9000, 8, 0, 3, Extent::kZero);
+  CHECK(index.evict_if([](uint64_t location) { return location >= 1000 * 512 && location < 1008 * 512; }) == 8);
+  CHECK(index.extents() == 2);
+  CHECK(index.live_pieces(0, 8, 1).empty());
+  CHECK(index.live_pieces(5000, 8, 2).size() == 1);
+}
