@@ -8,7 +8,9 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 #include <cstring>
 
 namespace pcached::backing {
@@ -42,6 +44,17 @@ uint32_t probe_direct_alignment(int fd) {
   const ssize_t n = ::pread(fd, buffer, 512, 0);
   std::free(buffer);
   return n >= 0 ? 512 : 4096;
+}
+
+// A process that died with I/O in flight keeps its files open until the kernel has torn down its
+// io_uring, which happens asynchronously: a restarted daemon waits a moment for that lock.
+bool lock_exclusively(int fd) {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return true;
+    if (errno != EWOULDBLOCK) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
 }
 
 }  // namespace
@@ -80,7 +93,7 @@ Result<std::unique_ptr<BackingDevice>> BackingDevice::open(const std::string& pa
     if (err == EBUSY) return backing_error(path, err, "is in use (mounted, or opened exclusively by another program)");
     return backing_error(path, err, std::string("cannot open for writing: ") + std::strerror(err));
   }
-  if (!block && ::flock(device->fd_.get(), LOCK_EX | LOCK_NB) != 0) {
+  if (!block && !lock_exclusively(device->fd_.get())) {
     return backing_error(path, EBUSY, "is in use by another pcached cache (file lock held)");
   }
 

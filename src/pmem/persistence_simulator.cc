@@ -39,9 +39,30 @@ void PersistenceSimulator::capture(uint64_t offset, size_t len) {
   }
 }
 
+void PersistenceSimulator::count_event() {
+  ++events_;
+  if (cut_event_ != 0 && events_ == cut_event_ && !cut_done_) {
+    cut_done_ = true;
+    on_cut_(image_locked(cut_));
+  }
+}
+
+void PersistenceSimulator::arm_cut(uint64_t event, const PowerCut& cut, CutHandler on_cut) {
+  std::lock_guard lock(mutex_);
+  cut_event_ = event;
+  cut_ = cut;
+  on_cut_ = std::move(on_cut);
+  cut_done_ = false;
+}
+
+bool PersistenceSimulator::cut_done() const {
+  std::lock_guard lock(mutex_);
+  return cut_done_;
+}
+
 void PersistenceSimulator::on_store(uint64_t offset, size_t len, StoreKind kind) {
   std::lock_guard lock(mutex_);
-  ++events_;
+  count_event();
   if (kind == StoreKind::NonTemporal) {
     // Streaming stores leave nothing dirty in the cache (libpmem2 flushes the partial edge lines
     // it writes with ordinary stores), but they sit in write-combining buffers until a fence.
@@ -54,13 +75,13 @@ void PersistenceSimulator::on_store(uint64_t offset, size_t len, StoreKind kind)
 
 void PersistenceSimulator::on_flush(uint64_t offset, size_t len) {
   std::lock_guard lock(mutex_);
-  ++events_;
+  count_event();
   capture(offset, len);
 }
 
 void PersistenceSimulator::on_fence() {
   std::lock_guard lock(mutex_);
-  ++events_;
+  count_event();
   auto mine = awaiting_fence_.find(std::this_thread::get_id());
   if (mine == awaiting_fence_.end()) return;
   for (const auto& [line, content] : mine->second) {
@@ -71,6 +92,10 @@ void PersistenceSimulator::on_fence() {
 
 std::vector<std::byte> PersistenceSimulator::image_after_power_cut(const PowerCut& cut) const {
   std::lock_guard lock(mutex_);
+  return image_locked(cut);
+}
+
+std::vector<std::byte> PersistenceSimulator::image_locked(const PowerCut& cut) const {
   std::vector<std::byte> image = durable_;
   std::set<uint64_t> candidates = dirty_;
   for (const auto& [thread, lines] : awaiting_fence_) {

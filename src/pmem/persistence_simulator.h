@@ -10,6 +10,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -41,6 +42,14 @@ class PersistenceSimulator final : public PersistObserver {
   // The bytes the region would hold after a power cut now.
   std::vector<std::byte> image_after_power_cut(const PowerCut& cut) const;
 
+  // Cuts the power just before event number `event` (1-based count of store, flush and fence
+  // notifications): on_cut gets the image then, and the simulator goes on as if nothing happened.
+  // on_cut runs on whichever thread reaches that event, with the simulator locked: it must not
+  // call back into the simulator.
+  using CutHandler = std::function<void(std::vector<std::byte> image)>;
+  void arm_cut(uint64_t event, const PowerCut& cut, CutHandler on_cut);
+  bool cut_done() const;
+
   // Lines whose current content is not known to be durable (dirty, or flushed but not fenced).
   size_t unpersisted_lines() const;
   // Store, flush and fence notifications seen so far.
@@ -48,6 +57,8 @@ class PersistenceSimulator final : public PersistObserver {
 
  private:
   using Line = std::array<std::byte, kCacheLine>;
+  std::vector<std::byte> image_locked(const PowerCut& cut) const;
+  void count_event();
   Line snapshot(uint64_t line) const;
   void capture(uint64_t offset, size_t len);
 
@@ -57,6 +68,10 @@ class PersistenceSimulator final : public PersistObserver {
   std::set<uint64_t> dirty_;                                        // line indexes
   std::map<std::thread::id, std::map<uint64_t, Line>> awaiting_fence_;  // per issuing thread
   uint64_t events_ = 0;
+  uint64_t cut_event_ = 0;
+  PowerCut cut_;
+  CutHandler on_cut_;
+  bool cut_done_ = false;
 };
 
 }  // namespace pcached::pmem
