@@ -9,21 +9,23 @@ void ControlStore::update(pmem::PmemWriter& writer, const std::function<void(for
   format::ControlArea next = current_;
   change(next);
   next.update_seq = current_.update_seq + 1;
-  const unsigned target = slot_ ^ 1u;
   std::array<std::byte, format::kControlSize> bytes;
   format::encode_control_area(next, superblock_.salt(), bytes);
-  writer.copy_persist(format::kControlOffsets[target], bytes.data(), bytes.size());
+  // Ordering: slot 0, durable, then slot 1, durable. A crash tears at most one of them and the
+  // other holds the old or the new state; damage to one later leaves the other identical and
+  // current. (Alternating slots would leave only the previous state, which may not name a
+  // journal registered since.)
+  writer.copy_persist(format::kControlOffsets[0], bytes.data(), bytes.size());
+  writer.copy_persist(format::kControlOffsets[1], bytes.data(), bytes.size());
   current_ = next;
-  slot_ = target;
 }
 
 void ControlStore::initialise(pmem::PmemWriter& writer, const format::Superblock& superblock,
                               const format::ControlArea& control) {
   std::array<std::byte, format::kControlSize> bytes;
   format::encode_control_area(control, superblock.salt(), bytes);
-  writer.copy_nodrain(format::kControlOffsets[0], bytes.data(), bytes.size());
-  writer.fill_nodrain(format::kControlOffsets[1], 0, format::kControlSize);
-  writer.drain();
+  writer.copy_persist(format::kControlOffsets[0], bytes.data(), bytes.size());
+  writer.copy_persist(format::kControlOffsets[1], bytes.data(), bytes.size());
 }
 
 }  // namespace pcached::cache

@@ -1,5 +1,5 @@
-// Persists the control area: each update goes to the slot not holding the current state, with a
-// higher update sequence, so a torn update leaves the previous state readable.
+// Persists the control area: every update is written to both slots in turn, each made durable
+// before the next, so one slot is always whole and current (or, mid-update, whole and previous).
 #pragma once
 
 #include <functional>
@@ -13,8 +13,8 @@ namespace pcached::cache {
 
 class ControlStore {
  public:
-  ControlStore(const format::Superblock& superblock, format::ControlArea current, unsigned current_slot)
-      : superblock_(superblock), current_(current), slot_(current_slot) {}
+  ControlStore(const format::Superblock& superblock, format::ControlArea current)
+      : superblock_(superblock), current_(current) {}
 
   format::ControlArea current() const {
     std::lock_guard lock(mutex_);
@@ -24,7 +24,7 @@ class ControlStore {
   // Applies change to a copy of the current state and makes it durable before returning.
   void update(pmem::PmemWriter& writer, const std::function<void(format::ControlArea&)>& change);
 
-  // Writes a fresh state into slot 0 and clears slot 1 (format).
+  // Writes a fresh state into both slots (format).
   static void initialise(pmem::PmemWriter& writer, const format::Superblock& superblock,
                          const format::ControlArea& control);
 
@@ -32,7 +32,6 @@ class ControlStore {
   const format::Superblock& superblock_;
   mutable std::mutex mutex_;
   format::ControlArea current_;
-  unsigned slot_;
 };
 
 }  // namespace pcached::cache

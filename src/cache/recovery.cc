@@ -27,6 +27,12 @@ Result<format::CurrentControl> read_control(const pmem::Region& region, const fo
     Status status = region.read(format::kControlOffsets[slot], bytes.data(), bytes.size());
     slots[slot] = status.ok() ? format::decode_control_area(bytes, sb.salt()) : Result<format::ControlArea>(status);
   }
+  for (unsigned slot = 0; slot < 2; ++slot) {
+    if (!slots[slot].ok() && slots[slot ^ 1].ok()) {
+      spdlog::warn("pmem region {}: control slot {} is unusable ({}); using slot {}", region.path(), slot,
+                   slots[slot].status().message(), slot ^ 1);
+    }
+  }
   return format::pick_current_control(slots[0], slots[1]);
 }
 
@@ -37,7 +43,7 @@ Status Engine::recover() {
   auto current = read_control(*region_, superblock_);
   if (!current.ok()) return current.status().with_context(where);
   const format::ControlArea control = current->control;
-  control_ = std::make_unique<ControlStore>(superblock_, control, current->slot);
+  control_ = std::make_unique<ControlStore>(superblock_, control);
   clean_horizon_ = control.clean_horizon;
   uint64_t next_seq = control.next_seq;
 

@@ -337,10 +337,11 @@ void Writeback::collect_garbage() {
 
 Status Writeback::write_back_everything() {
   const uint64_t target = engine_.next_seq_.load();
+  const uint64_t failures_before = errors_.load();
   kick();
   std::unique_lock lock(mutex_);
   progress_.wait(lock, [&] {
-    return stop_ || engine_.clean_horizon_.load() >= target || consecutive_failures_ >= kFailuresBeforeGivingUp;
+    return stop_ || engine_.clean_horizon_.load() >= target || errors_.load() - failures_before >= kFailuresBeforeGivingUp;
   });
   if (engine_.clean_horizon_.load() >= target) return Status();
   if (stop_) return Status::error(ESHUTDOWN, "writeback stopped");

@@ -1,0 +1,189 @@
+// Damage to each metadata structure: open either recovers from the other copy or refuses with a
+// message that names what is damaged. It never serves wrong data.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <array>
+#include <catch2/catch.hpp>
+
+#include "backing/backing_device.h"
+#include "format/control_area.h"
+#include "format/key_set.h"
+#include "format/layout.h"
+#include "format/superblock.h"
+#include "support/cache_fixture.h"
+
+using namespace pcached;
+using namespace pcached::testing;
+
+namespace {
+
+constexpr uint64_t kRegionBytes = format::kDataStart + 12 * MiB;
+constexpr uint64_t kBackingBytes = 16 * MiB;
+
+void flip_byte(const std::string& path, uint64_t offset) {
+  const int fd = ::open(path.c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  unsigned char byte = 0;
+  REQUIRE(::pread(fd, &byte, 1, static_cast<off_t>(offset)) == 1);
+  byte ^= 0x5A;
+  REQUIRE(::pwrite(fd, &byte, 1, static_cast<off_t>(offset)) == 1);
+  ::close(fd);
+}
+
+std::vector<std::byte> read_at(const std::string& path, uint64_t offset, size_t len) {
+  std::vector<std::byte> bytes(len);
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  REQUIRE(::pread(fd, bytes.data(), len, static_cast<off_t>(offset)) == static_cast<ssize_t>(len));
+  ::close(fd);
+  return bytes;
+}
+
+format::Superblock superblock_of(const std::string& path) {
+  const auto bytes = read_at(path, 0, format::kSuperblockSize);
+  return format::decode_superblock(std::span<const std::byte, format::kSuperblockSize>(bytes.data(), bytes.size())).value();
+}
+
+format::CurrentControl control_of(const std::string& path, uint32_t salt) {
+  Result<format::ControlArea> slots[2] = {Status::error(EIO, ""), Status::error(EIO, "")};
+  for (unsigned i = 0; i < 2; ++i) {
+    const auto bytes = read_at(path, format::kControlOffsets[i], format::kControlSize);
+    slots[i] = format::decode_control_area(std::span<const std::byte, format::kControlSize>(bytes.data(), bytes.size()), salt);
+  }
+  return format::pick_current_control(slots[0], slots[1]).value();
+}
+
+// A cache with dirty data in it (writeback held off), abandoned as in a crash: 20 writes of 8
+// sectors at 64-sector strides, ids 1..20.
+void make_dirty_cache(const CacheFiles& files) {
+  auto cache = open_cache(files.options(true));
+  cache->backing_faults().writes.count = -1;
+  auto queue = make_queue(*cache);
+  for (uint64_t i = 0; i < 20; ++i) {
+    const auto data = pattern(i + 1, i * 64, 8);
+    REQUIRE(queue->write(i * 64, 8, data.data()) == 8 * 512);
+  }
+  queue.reset();
+  cache->abandon();
+}
+
+Result<std::unique_ptr<cache::Cache>> try_open(const cache::CacheOptions& options) {
+  ForcedGranularity cache_line("CACHE_LINE");
+  return cache::Cache::open(options);
+}
+
+void check_dirty_data(cache::Cache& cache, uint64_t writes) {
+  auto queue = make_queue(cache);
+  std::vector<std::byte> buffer(8 * kSector);
+  for (uint64_t i = 0; i < writes; ++i) {
+    REQUIRE(queue->read(i * 64, 8, buffer.data()) == 8 * 512);
+    for (uint32_t s = 0; s < 8; ++s) REQUIRE(decode_sector(buffer.data() + s * kSector, i * 64 + s) == i + 1);
+  }
+}
+
+// Offset of the k-th key set of the journal in control slot `journal`.
+uint64_t key_set_offset(const format::Superblock& sb, const format::ControlArea& control, unsigned k) {
+  for (const format::JournalHead& head : control.journals) {
+    if (head.in_use()) return sb.segment_offset(head.segment) + format::kSegmentHeaderSize + k * 64;
+  }
+  FAIL("no journal in use");
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("a damaged superblock copy is repaired from the other", "[cache][corruption]") {
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  make_dirty_cache(files);
+  flip_byte(files.region.path(), 40);
+  auto cache = try_open(files.options());
+  REQUIRE(cache.ok());
+  check_dirty_data(*cache.value(), 20);
+  cache.value()->abandon();
+  CHECK(read_at(files.region.path(), 0, format::kSuperblockSize) == read_at(files.region.path(), 4096, format::kSuperblockSize));
+}
+
+TEST_CASE("both superblock copies damaged: refused, by name", "[cache][corruption]") {
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  make_dirty_cache(files);
+  flip_byte(files.region.path(), 40);
+  flip_byte(files.region.path(), 4096 + 60);
+  auto cache = try_open(files.options());
+  REQUIRE_FALSE(cache.ok());
+  CHECK(cache.status().message().find("both superblock copies are damaged") != std::string::npos);
+  // Refusing to attach is not a licence to format: format without force refuses too.
+  auto formatted = try_open(files.options(true));
+  REQUIRE_FALSE(formatted.ok());
+  CHECK(formatted.status().message().find("add --force") != std::string::npos);
+}
+
+TEST_CASE("a damaged control slot is passed over: the other holds the same state", "[cache][corruption]") {
+  const unsigned slot = GENERATE(0u, 1u);
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  make_dirty_cache(files);
+  flip_byte(files.region.path(), format::kControlOffsets[slot] + 20);
+  auto cache = try_open(files.options());
+  INFO(cache.status().message());
+  REQUIRE(cache.ok());
+  check_dirty_data(*cache.value(), 20);
+  cache.value()->abandon();
+}
+
+TEST_CASE("both control slots damaged: refused, by name", "[cache][corruption]") {
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  make_dirty_cache(files);
+  flip_byte(files.region.path(), format::kControlOffsets[0] + 20);
+  flip_byte(files.region.path(), format::kControlOffsets[1] + 20);
+  auto cache = try_open(files.options());
+  REQUIRE_FALSE(cache.ok());
+  CHECK(cache.status().message().find("control area: both slots are damaged") != std::string::npos);
+}
+
+TEST_CASE("a damaged key set in the middle of a journal is refused", "[cache][corruption]") {
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  make_dirty_cache(files);
+  const format::Superblock sb = superblock_of(files.region.path());
+  const format::ControlArea control = control_of(files.region.path(), sb.salt()).control;
+  flip_byte(files.region.path(), key_set_offset(sb, control, 5) + 40);
+  auto cache = try_open(files.options());
+  REQUIRE_FALSE(cache.ok());
+  INFO(cache.status().message());
+  CHECK(cache.status().message().find("checksum mismatch") != std::string::npos);
+  CHECK(cache.status().message().find("refusing to attach") != std::string::npos);
+}
+
+TEST_CASE("a torn last key set ends the journal there; everything before it is served", "[cache][corruption]") {
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  make_dirty_cache(files);
+  const format::Superblock sb = superblock_of(files.region.path());
+  const format::ControlArea control = control_of(files.region.path(), sb.salt()).control;
+  flip_byte(files.region.path(), key_set_offset(sb, control, 19) + 40);
+  auto cache = try_open(files.options());
+  REQUIRE(cache.ok());
+  check_dirty_data(*cache.value(), 19);
+  // The torn write's sectors read as what the backing device holds: zeros, not garbage.
+  auto queue = make_queue(*cache.value());
+  std::vector<std::byte> buffer(8 * kSector);
+  REQUIRE(queue->read(19 * 64, 8, buffer.data()) == 8 * 512);
+  for (uint32_t s = 0; s < 8; ++s) CHECK(decode_sector(buffer.data() + s * kSector, 19 * 64 + s) == 0);
+  queue.reset();
+  cache.value()->abandon();
+}
+
+TEST_CASE("a damaged header of a segment holding dirty data is refused", "[cache][corruption]") {
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  make_dirty_cache(files);
+  const format::Superblock sb = superblock_of(files.region.path());
+  // The first data segment allocated: find it through the first key.
+  const format::ControlArea control = control_of(files.region.path(), sb.salt()).control;
+  const auto record = read_at(files.region.path(), key_set_offset(sb, control, 0), 64);
+  std::vector<format::Key> keys;
+  for (const format::JournalHead& head : control.journals) {
+    if (head.in_use()) REQUIRE(format::decode_key_set(record, head.generation, sb.salt(), keys).ok());
+  }
+  REQUIRE(keys.size() == 1);
+  flip_byte(files.region.path(), sb.segment_offset(keys[0].segment) + 12);
+  auto cache = try_open(files.options());
+  REQUIRE_FALSE(cache.ok());
+  CHECK(cache.status().message().find("whose header is damaged") != std::string::npos);
+}
