@@ -171,7 +171,7 @@ void JournalWriter::advance(pmem::PmemWriter& writer) {
     state_.chain.back().max_seq = std::max(state_.chain.back().max_seq, segment_max_seq_);
     state_.chain.push_back({*segment, generation, 0});
   }
-  segments_.seal(position_.segment);
+  segments_.seal(position_.segment, 0);
   position_ = {*segment, generation, static_cast<uint32_t>(format::kSegmentHeaderSize)};
   segment_max_seq_ = 0;
 }

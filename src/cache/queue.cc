@@ -110,7 +110,8 @@ Status EngineQueue::start() {
 
 EngineQueue::~EngineQueue() {
   if (!started_) return;
-  if (open_segment_ != UINT32_MAX) engine_.segments_->seal(open_segment_);
+  seal_filled();
+  if (open_segment_ != UINT32_MAX) engine_.segments_->seal(open_segment_, open_max_dirty_);
   {
     std::lock_guard lock(engine_.journals_[slot_].mutex);
     engine_.journals_[slot_].active = false;
@@ -168,8 +169,9 @@ bool EngineQueue::place(uint32_t sectors, bool wait, Placement& placement) {
   if (open_segment_ == UINT32_MAX || open_offset_ >= segment_size) {
     const auto segment = engine_.segments_->allocate(SegmentUse::Data, wait);
     if (!segment) return false;
-    if (open_segment_ != UINT32_MAX) engine_.segments_->seal(open_segment_);
+    if (open_segment_ != UINT32_MAX) filled_.emplace_back(open_segment_, open_max_dirty_);
     open_segment_ = *segment;
+    open_max_dirty_ = 0;
     open_generation_ = engine_.segments_->info(*segment).generation;
     open_offset_ = format::kSegmentHeaderSize;
     // The new generation goes to the media before any key can name it (the caller drains).
@@ -207,11 +209,23 @@ void EngineQueue::commit(std::vector<format::Key>& keys) {
     } else {
       const uint64_t location = engine_.superblock_.segment_offset(key.segment) + uint64_t{key.offset_sectors} * kSectorSize;
       engine_.index_.insert(key.sector, key.sectors, location, key.seq, 0);
-      engine_.segments_->note_dirty(key.segment, key.seq);
+      if (key.segment == open_segment_) {
+        open_max_dirty_ = std::max(open_max_dirty_, key.seq);
+      } else {
+        for (auto& [segment, max_dirty] : filled_) {
+          if (segment == key.segment) max_dirty = std::max(max_dirty, key.seq);
+        }
+      }
     }
   }
   // Published only after the index holds the keys: writeback looks keys up in the index.
   journal_.publish(keys.back().seq);
+  seal_filled();
+}
+
+void EngineQueue::seal_filled() {
+  for (const auto& [segment, max_dirty] : filled_) engine_.segments_->seal(segment, max_dirty);
+  filled_.clear();
 }
 
 int EngineQueue::write(const Request& request) {
@@ -241,7 +255,7 @@ int EngineQueue::write(const Request& request) {
   commit(keys_);
   QueueCounters::bump(counters_.writes);
   QueueCounters::bump(counters_.write_bytes, uint64_t{request.sectors} * kSectorSize);
-  if (engine_.segments_->free_count() == 0) engine_.writeback_->kick();
+  if (engine_.segments_->free_count() < 2) engine_.writeback_->kick();
   return static_cast<int>(request.sectors * kSectorSize);
 }
 
@@ -325,7 +339,10 @@ void EngineQueue::fill(uint64_t sector, uint32_t sectors, const std::byte* data,
   if (change_count == UINT64_MAX) return;
   Placement placement;
   if (!place(sectors, /*wait=*/false, placement)) return;
-  if (placement.sectors < sectors) return;  // the rest of the segment is left unused
+  if (placement.sectors < sectors) {
+    seal_filled();
+    return;  // the rest of the segment is left unused
+  }
   writer_.copy_nodrain(location_of(placement), data, uint64_t{sectors} * kSectorSize);
   // The fence makes streaming stores visible to other cores before the index points at them.
   writer_.drain();
@@ -333,6 +350,7 @@ void EngineQueue::fill(uint64_t sector, uint32_t sectors, const std::byte* data,
     QueueCounters::bump(counters_.fills);
     QueueCounters::bump(counters_.fill_bytes, uint64_t{sectors} * kSectorSize);
   }
+  seal_filled();
 }
 
 }  // namespace pcached::cache

@@ -58,7 +58,12 @@ class EngineQueue final : public CacheQueue {
   bool started_ = false;
   uint32_t open_segment_ = UINT32_MAX;
   uint32_t open_generation_ = 0;
-  uint64_t open_offset_ = 0;  // bytes from the segment start
+  uint64_t open_offset_ = 0;     // bytes from the segment start
+  uint64_t open_max_dirty_ = 0;  // newest key with data in the open segment
+  // Segments filled by the request in progress: sealed (made visible to GC) only once the
+  // request's keys are in the index, or GC could reclaim data that no key protects yet.
+  std::vector<std::pair<uint32_t, uint64_t>> filled_;
+  void seal_filled();
 };
 
 }  // namespace pcached::cache

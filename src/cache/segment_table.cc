@@ -10,6 +10,7 @@ void SegmentTable::rebuild_free_list() {
   for (uint32_t i = 0; i < segments_.size(); ++i) {
     if (segments_[i].use == SegmentUse::Free) free_.push_back(i);
   }
+  free_count_ = static_cast<uint32_t>(free_.size());
 }
 
 std::optional<uint32_t> SegmentTable::allocate(SegmentUse use, bool wait) {
@@ -23,6 +24,7 @@ std::optional<uint32_t> SegmentTable::allocate(SegmentUse use, bool wait) {
   if (free_.empty()) return std::nullopt;
   const uint32_t segment = free_.front();
   free_.pop_front();
+  free_count_ = static_cast<uint32_t>(free_.size());
   SegmentInfo& info = segments_[segment];
   info.use = use;
   ++info.generation;
@@ -31,15 +33,11 @@ std::optional<uint32_t> SegmentTable::allocate(SegmentUse use, bool wait) {
   return segment;
 }
 
-void SegmentTable::seal(uint32_t segment) {
+void SegmentTable::seal(uint32_t segment, uint64_t max_dirty_seq) {
   std::lock_guard lock(mutex_);
   segments_[segment].sealed = true;
   segments_[segment].sealed_order = ++seal_counter_;
-}
-
-void SegmentTable::note_dirty(uint32_t segment, uint64_t seq) {
-  std::lock_guard lock(mutex_);
-  segments_[segment].max_dirty_seq = std::max(segments_[segment].max_dirty_seq, seq);
+  segments_[segment].max_dirty_seq = std::max(segments_[segment].max_dirty_seq, max_dirty_seq);
 }
 
 void SegmentTable::release(uint32_t segment) {
@@ -49,6 +47,7 @@ void SegmentTable::release(uint32_t segment) {
     segments_[segment].sealed = false;
     segments_[segment].max_dirty_seq = 0;
     free_.push_back(segment);
+    free_count_ = static_cast<uint32_t>(free_.size());
   }
   freed_.notify_all();
 }
@@ -69,11 +68,6 @@ std::vector<uint32_t> SegmentTable::reclaimable_data(uint64_t horizon, size_t li
             [&](uint32_t a, uint32_t b) { return segments_[a].sealed_order < segments_[b].sealed_order; });
   if (candidates.size() > limit) candidates.resize(limit);
   return candidates;
-}
-
-uint32_t SegmentTable::free_count() const {
-  std::lock_guard lock(mutex_);
-  return static_cast<uint32_t>(free_.size());
 }
 
 uint32_t SegmentTable::count_of(SegmentUse use) const {

@@ -37,15 +37,16 @@ class SegmentTable {
   // Takes a free segment for `use`, bumping its generation; waits while there is none unless
   // `wait` is false (then nullopt). Returns the segment; its new generation is in info(segment).
   std::optional<uint32_t> allocate(SegmentUse use, bool wait);
-  void seal(uint32_t segment);
-  void note_dirty(uint32_t segment, uint64_t seq);
+  // No more writes go into the segment; max_dirty_seq is the newest key whose data is in it
+  // (its writer tracks that while the segment is open: GC never looks at open segments).
+  void seal(uint32_t segment, uint64_t max_dirty_seq);
   void release(uint32_t segment);  // back to the free list, after its data was evicted
 
   SegmentInfo info(uint32_t segment) const;
   // Sealed data segments whose newest dirty key is below horizon, oldest first.
   std::vector<uint32_t> reclaimable_data(uint64_t horizon, size_t limit) const;
 
-  uint32_t free_count() const;
+  uint32_t free_count() const { return free_count_.load(std::memory_order_relaxed); }
   uint32_t count_of(SegmentUse use) const;
   // Writers currently waiting for a free segment.
   uint32_t waiters() const { return waiters_.load(std::memory_order_relaxed); }
@@ -60,6 +61,7 @@ class SegmentTable {
   std::deque<uint32_t> free_;
   uint64_t seal_counter_ = 0;
   bool shut_down_ = false;
+  std::atomic<uint32_t> free_count_{0};  // free_.size(), readable without the lock
   std::atomic<uint32_t> waiters_{0};
   std::atomic<uint64_t> total_waits_{0};
 };
