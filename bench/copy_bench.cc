@@ -12,6 +12,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "common/unique_fd.h"
@@ -139,6 +140,8 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "print the figures as JSON instead of a table");
   app.add_flag("--quick", quick, "fewer, shorter rounds (a smoke run)");
   CLI11_PARSE(app, argc, argv);
+  // Figures go to stdout (tables, JSON); the log goes to stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("pcached"));
   spdlog::set_level(spdlog::level::warn);
 
   Result<uint64_t> size = parse_size(size_text);

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <thread>
 
@@ -177,6 +178,8 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", quick, "short runs (a smoke test)");
   app.add_option("--region-size", region_size_text, "size of the emulated pmem region")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  // Figures go to stdout (tables, JSON); the log goes to stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("pcached"));
   spdlog::set_level(spdlog::level::warn);
   ::setenv("PMEM2_FORCE_GRANULARITY", "CACHE_LINE", 1);
 
@@ -190,7 +193,8 @@ int main(int argc, char** argv) {
   options.region_path = region.path();
   options.backing_path = backing.path();
   options.format = true;
-  options.segment_size = 16 * MiB;
+  // The default 16 MiB segments, or smaller ones when a small region would hold too few.
+  options.segment_size = region_size >= 512 * MiB ? 16 * MiB : 2 * MiB;
   options.copy_policy.spec = pmem::parse_policy_spec("auto").value();
   auto opened = cache::Cache::open(options);
   if (!opened.ok()) {

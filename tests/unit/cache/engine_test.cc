@@ -153,8 +153,12 @@ TEST_CASE("write-zeroes reads back as zeros and discard forgets the cached copy"
 
   REQUIRE(queue->discard(100, 16) == 0);
   REQUIRE(queue->read(100, 16, buffer.data()) == 16 * 512);
-  // Never written back, now discarded: the backing device's zeros.
-  for (uint32_t i = 0; i < 16; ++i) CHECK(decode_sector(buffer.data() + i * kSector, 100 + i) == 0);
+  // Discarded content is undefined, but it is never garbage: the old data (if writeback got it to
+  // the backing device before the discard did) or the backing device's zeros.
+  for (uint32_t i = 0; i < 16; ++i) {
+    const uint64_t id = decode_sector(buffer.data() + i * kSector, 100 + i);
+    CHECK((id == 0 || id == 5));
+  }
   CHECK(cache->stats().discards == 1);
   CHECK(cache->stats().write_zeroes == 1);
 }

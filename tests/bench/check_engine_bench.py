@@ -1,0 +1,22 @@
+#!/usr/bin/env python3
+"""Runs the engine benchmark briefly and checks its JSON and its table."""
+import json
+import subprocess
+import sys
+
+bench = sys.argv[1]
+doc = json.loads(subprocess.run([bench, "--quick", "--region-size", "128M", "--json"], check=True,
+                                capture_output=True, text=True).stdout)
+assert doc["benchmark"] == "engine", doc.keys()
+cells = doc["cells"]
+assert len(cells) == 24, len(cells)
+for cell in cells:
+    assert cell["op"] in ("write", "read") and cell["queues"] in (1, 2), cell
+    assert cell["iops"] > 0 and cell["mib_per_s"] > 0, cell
+    assert 0 < cell["p50_us"] <= cell["p99_us"] <= cell["p999_us"], cell
+assert doc["reference"]["nt_copy_4k_mib_per_s"] > 0
+assert doc["recovery"]["keys"] > 0 and doc["recovery"]["seconds"] > 0
+assert 0 < doc["index_bytes_per_extent"] < 200
+table = subprocess.run([bench, "--quick", "--region-size", "128M"], check=True, capture_output=True, text=True).stdout
+assert "4 KiB random write, 1 queue:" in table and "index DRAM per extent" in table, table
+print("engine benchmark: table and JSON well formed")
