@@ -76,6 +76,7 @@ struct CacheStats {
   uint64_t cached_bytes = 0;
   uint64_t dirty_bytes = 0;
   uint64_t extents = 0;
+  uint64_t index_bytes = 0;  // DRAM held by the extent index
   uint32_t segments_total = 0, segments_free = 0, segments_data = 0, segments_journal = 0;
   uint64_t clean_horizon = 0, next_seq = 0;
 

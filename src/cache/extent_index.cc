@@ -195,6 +195,12 @@ uint64_t ExtentIndex::extents() const {
   return total;
 }
 
+uint64_t ExtentIndex::memory_bytes() const {
+  int64_t total = 0;
+  for (const Shard& shard : shards_) total += shard.memory.load(std::memory_order_relaxed);
+  return static_cast<uint64_t>(total);
+}
+
 uint64_t ExtentIndex::cached_sectors() const {
   uint64_t total = 0;
   for (const Shard& shard : shards_) total += shard.sectors.load(std::memory_order_relaxed);

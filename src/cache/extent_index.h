@@ -38,6 +38,27 @@ struct Piece {
   Extent extent;  // meaningful when cached
 };
 
+// Counts the bytes a shard's B-tree holds, so the index can report its DRAM use exactly.
+template <typename T>
+struct CountingAllocator {
+  using value_type = T;
+  std::atomic<int64_t>* bytes;
+
+  explicit CountingAllocator(std::atomic<int64_t>* counter) : bytes(counter) {}
+  template <typename U>
+  CountingAllocator(const CountingAllocator<U>& other) : bytes(other.bytes) {}  // NOLINT: rebinding
+  T* allocate(size_t n) {
+    bytes->fetch_add(static_cast<int64_t>(n * sizeof(T)), std::memory_order_relaxed);
+    return std::allocator<T>().allocate(n);
+  }
+  void deallocate(T* p, size_t n) {
+    bytes->fetch_sub(static_cast<int64_t>(n * sizeof(T)), std::memory_order_relaxed);
+    std::allocator<T>().deallocate(p, n);
+  }
+  template <typename U>
+  bool operator==(const CountingAllocator<U>& other) const { return bytes == other.bytes; }
+};
+
 class ExtentIndex {
  public:
   static constexpr unsigned kStripeShift = 11;  // 2048 sectors = 1 MiB
@@ -68,6 +89,8 @@ class ExtentIndex {
   std::vector<Piece> live_pieces(uint64_t sector, uint32_t sectors, uint64_t seq) const;
 
   uint64_t extents() const;
+  // DRAM held by the index's trees.
+  uint64_t memory_bytes() const;
   uint64_t cached_sectors() const;
   // Cached sectors written by keys at or above seq: the dirty data, given the clean horizon.
   uint64_t sectors_at_or_above(uint64_t seq) const;
@@ -75,9 +98,12 @@ class ExtentIndex {
   static unsigned shard_of(uint64_t sector) { return static_cast<unsigned>((sector >> kStripeShift) % kShards); }
 
  private:
-  using Map = absl::btree_map<uint64_t, Extent>;
+  using Map = absl::btree_map<uint64_t, Extent, std::less<uint64_t>,
+                               CountingAllocator<std::pair<const uint64_t, Extent>>>;
   struct alignas(64) Shard {
+    Shard() : map(CountingAllocator<std::pair<const uint64_t, Extent>>(&memory)) {}
     mutable std::shared_mutex mutex;
+    std::atomic<int64_t> memory{0};
     Map map;
     uint64_t change_count = 0;  // under mutex
     std::atomic<uint64_t> sectors{0};
