@@ -1,6 +1,7 @@
 #include "io/ring.h"
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -13,6 +14,7 @@ Result<std::unique_ptr<Ring>> Ring::create(unsigned entries, unsigned flags) {
                                   " entries: " + std::strerror(-rc));
   }
   ring->initialised_ = true;
+  ring->sqe_bytes_ = (flags & IORING_SETUP_SQE128) ? 128 : 64;
   return ring;
 }
 
@@ -26,11 +28,20 @@ io_uring_sqe* Ring::prepare(CompletionHandler* handler) {
     io_uring_submit(&ring_);
     sqe = io_uring_get_sqe(&ring_);
   }
-  // Clear through a byte pointer: on SQE128 rings the slot is larger than the struct type.
-  std::memset(static_cast<void*>(sqe), 0, sizeof *sqe);
+  // On SQE128 rings the slot is twice the struct type's size: clear it through a pointer the
+  // compiler cannot tie to that type's bounds.
+  std::byte* slot = reinterpret_cast<std::byte*>(sqe);
+  asm("" : "+r"(slot));
+  std::memset(slot, 0, sqe_bytes_);
   io_uring_sqe_set_data(sqe, handler);
   ++submitted_;
   return sqe;
+}
+
+std::byte* Ring::command_area(io_uring_sqe* sqe) {
+  std::byte* slot = reinterpret_cast<std::byte*>(sqe);
+  asm("" : "+r"(slot));
+  return slot + offsetof(io_uring_sqe, cmd);
 }
 
 unsigned Ring::submit() {

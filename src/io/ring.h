@@ -31,6 +31,9 @@ class Ring {
   // A cleared SQE whose completion goes to handler (nullptr: completion ignored). Submits pending
   // SQEs to make room when the submission queue is full.
   io_uring_sqe* prepare(CompletionHandler* handler);
+  // The passthrough-command area of an SQE (80 bytes on SQE128 rings, 16 otherwise).
+  static std::byte* command_area(io_uring_sqe* sqe);
+  bool big_sqes() const { return sqe_bytes_ == 128; }
   // Hands prepared SQEs to the kernel; returns how many.
   unsigned submit();
   // Submits, waits up to timeout for at least one completion, dispatches every completion that is
@@ -49,6 +52,7 @@ class Ring {
 
   io_uring ring_{};
   bool initialised_ = false;
+  size_t sqe_bytes_ = 64;
   uint64_t submitted_ = 0;
   uint64_t completed_ = 0;
 };

@@ -185,6 +185,7 @@ def test_initramfs(base, script, binaries, out):
     staging = tempfile.mkdtemp(prefix="pcached-vm-")
     try:
         shutil.copy(script, os.path.join(staging, "test.sh"))
+        shutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), "guest_lib.sh"), staging)
         for binary in binaries:
             copy_into(staging, binary, os.path.join("/usr/local/bin", os.path.basename(binary)))
         cpio(staging, out + ".extra")

@@ -1,0 +1,160 @@
+// pcached: the command line of pcached, over pcachedd's control socket.
+//   exit status 0: done; 1: the daemon refused or failed; 2: bad usage; 3: daemon unreachable.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "control/protocol.h"
+#include "pcached/copy_policy.h"
+#include "pcached/units.h"
+
+using namespace pcached;
+using nlohmann::json;
+
+namespace {
+
+constexpr int kFailed = 1;
+constexpr int kUsage = 2;
+constexpr int kUnreachable = 3;
+
+std::string bytes(const json& doc, const char* key) {
+  return doc.contains(key) && doc[key].is_number_unsigned() ? format_size(doc[key].get<uint64_t>()) : "-";
+}
+
+std::string text(const json& doc, const char* key) {
+  return doc.contains(key) && doc[key].is_string() ? doc[key].get<std::string>() : "-";
+}
+
+void print_list(const json& result) {
+  std::printf("%-16s %-14s %-10s %10s %10s %10s  %s -> %s\n", "NAME", "DEVICE", "STATE", "CAPACITY", "CACHED", "DIRTY",
+              "CACHE", "BACKING");
+  for (const json& cache : result["caches"]) {
+    std::printf("%-16s %-14s %-10s %10s %10s %10s  %s -> %s\n", text(cache, "name").c_str(), text(cache, "device").c_str(),
+                text(cache, "state").c_str(), bytes(cache, "capacity_bytes").c_str(), bytes(cache, "cached_bytes").c_str(),
+                bytes(cache, "dirty_bytes").c_str(), text(cache, "region").c_str(), text(cache, "backing").c_str());
+  }
+}
+
+void print_status(const json& s) {
+  std::printf("%s: %s (%s)\n", text(s, "name").c_str(), text(s, "device").c_str(), text(s, "state").c_str());
+  std::printf("  mode        %s\n", text(s, "mode").c_str());
+  std::printf("  cache       %s (%s)\n  backing     %s (%s)\n", text(s, "region").c_str(), bytes(s, "capacity_bytes").c_str(),
+              text(s, "backing").c_str(), bytes(s, "device_bytes").c_str());
+  std::printf("  cached      %s, dirty %s\n", bytes(s, "cached_bytes").c_str(), bytes(s, "dirty_bytes").c_str());
+  if (s.contains("segments")) {
+    const json& seg = s["segments"];
+    std::printf("  segments    %s total, %s free, %s data, %s journal\n", seg["total"].dump().c_str(),
+                seg["free"].dump().c_str(), seg["data"].dump().c_str(), seg["journal"].dump().c_str());
+    const json& r = s["reads"];
+    std::printf("  reads       %s (hits %s, partial %s, misses %s)\n", r["total"].dump().c_str(), r["hits"].dump().c_str(),
+                r["partial_hits"].dump().c_str(), r["misses"].dump().c_str());
+    const json& w = s["writes"];
+    std::printf("  writes      %s, %s discards, %s write-zeroes\n", w["total"].dump().c_str(), w["discards"].dump().c_str(),
+                w["write_zeroes"].dump().c_str());
+    const json& wb = s["writeback"];
+    std::printf("  writeback   %s written, %s errors%s\n", format_size(wb["bytes"].get<uint64_t>()).c_str(),
+                wb["errors"].dump().c_str(), wb["stalled"].get<bool>() ? ", STALLED (retrying)" : "");
+    std::printf("  gc          %s runs, %s segments reclaimed, threshold %s%%\n", s["gc"]["runs"].dump().c_str(),
+                s["gc"]["segments_reclaimed"].dump().c_str(), s["gc"]["threshold_percent"].dump().c_str());
+    std::printf("  errors      backing reads %s, media %s\n", s["errors"]["backing_read"].dump().c_str(),
+                s["errors"]["media"].dump().c_str());
+    std::printf("  copy policy %s\n", text(s, "copy_policy").c_str());
+    std::printf("  queues      %s x depth %s\n", s["queues"].dump().c_str(), s["depth"].dump().c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"pcached: manage pmem block caches served by pcachedd"};
+  app.require_subcommand(1);
+  std::string socket_path = control::kDefaultSocket;
+  bool as_json = false;
+  app.add_option("--socket", socket_path, "pcachedd's control socket")->capture_default_str();
+  app.add_flag("--json", as_json, "print the result as JSON");
+
+  control::Request request;
+  std::string cache_path, backing_path, name, mode = "writeback", copy_policy = "auto", segment_size;
+  unsigned queues = 0, depth = 128;
+  bool format = false, force = false, allow_volatile = false, no_flush = false;
+
+  CLI::App* add = app.add_subcommand("add", "create a cache and its /dev/ublkbN");
+  add->add_option("--cache", cache_path, "pmem region: devdax device, fsdax file, or file")->required();
+  add->add_option("--backing", backing_path, "backing block device or file")->required();
+  add->add_option("--name", name, "cache name (default cacheN)");
+  add->add_option("--queues", queues, "ublk queues (default min(cpus, 4))")->check(CLI::Range(1, 64));
+  add->add_option("--depth", depth, "queue depth")->check(CLI::Range(1, 4096))->capture_default_str();
+  add->add_option("--mode", mode, "cache mode")->check(CLI::IsMember({"writeback"}))->capture_default_str();
+  add->add_option("--copy-policy", copy_policy, "auto, nt, clflushopt, clwb or threshold:<size>")->capture_default_str();
+  add->add_option("--segment-size", segment_size, "segment size when formatting (e.g. 16M)");
+  add->add_flag("--format", format, "format the region (refused if it holds a cache, unless --force)");
+  add->add_flag("--force", force, "format over an existing cache, or attach to a renumbered backing device");
+  add->add_flag("--allow-volatile-region", allow_volatile, "accept a region without DAX (tests and demos only)");
+
+  CLI::App* remove = app.add_subcommand("remove", "write back dirty data and remove a cache");
+  remove->add_option("target", name, "cache name or /dev/ublkbN")->required();
+  remove->add_flag("--no-flush", no_flush, "leave dirty data on pmem for a later attach");
+  remove->add_flag("--force", force, "same as --no-flush");
+
+  app.add_subcommand("list", "list caches");
+  CLI::App* status = app.add_subcommand("status", "show a cache in detail");
+  status->add_option("target", name, "cache name or /dev/ublkbN")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    const int code = app.exit(error);
+    return code == 0 ? 0 : kUsage;
+  }
+
+  if (add->parsed()) {
+    request.command = "add";
+    request.args = {{"cache", cache_path}, {"backing", backing_path}, {"depth", depth}, {"copy_policy", copy_policy},
+                    {"format", format}, {"force", force}, {"allow_volatile_region", allow_volatile}};
+    if (!name.empty()) request.args["name"] = name;
+    if (queues != 0) request.args["queues"] = queues;
+    if (!segment_size.empty()) {
+      auto size = parse_size(segment_size);
+      if (!size.ok()) {
+        std::fprintf(stderr, "pcached: --segment-size: %s\n", size.status().message().c_str());
+        return kUsage;
+      }
+      request.args["segment_size"] = size.value();
+    }
+    if (auto spec = pmem::parse_policy_spec(copy_policy); !spec.ok()) {
+      std::fprintf(stderr, "pcached: --copy-policy: %s\n", spec.status().message().c_str());
+      return kUsage;
+    }
+  } else if (remove->parsed()) {
+    request.command = "remove";
+    request.args = {{"name", name}, {"no_flush", no_flush || force}};
+  } else if (status->parsed()) {
+    request.command = "status";
+    request.args = {{"name", name}};
+  } else {
+    request.command = "list";
+  }
+
+  auto result = control::call(socket_path, request);
+  if (!result.ok()) {
+    if (as_json) {
+      std::printf("%s\n", json{{"ok", false}, {"error", result.status().message()}}.dump(2).c_str());
+    } else {
+      std::fprintf(stderr, "pcached: %s\n", result.status().message().c_str());
+    }
+    const int code = result.status().code();
+    return code == ECONNREFUSED || code == EACCES ? kUnreachable : kFailed;
+  }
+  if (as_json) {
+    std::printf("%s\n", result.value().dump(2).c_str());
+  } else if (request.command == "add") {
+    std::printf("%s\n", text(result.value(), "device").c_str());
+  } else if (request.command == "remove") {
+    std::printf("removed %s (%s)\n", text(result.value(), "name").c_str(), text(result.value(), "device").c_str());
+  } else if (request.command == "list") {
+    print_list(result.value());
+  } else {
+    print_status(result.value());
+  }
+  return 0;
+}

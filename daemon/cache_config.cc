@@ -1,0 +1,116 @@
+#include "daemon/cache_config.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "common/unique_fd.h"
+#include "control/protocol.h"
+
+namespace pcached::daemon {
+
+namespace {
+
+constexpr int kStateVersion = 1;
+
+}  // namespace
+
+nlohmann::json to_json(const CacheConfig& c) {
+  return {{"name", c.name},
+          {"region", c.region},
+          {"backing", c.backing},
+          {"queues", c.queues},
+          {"depth", c.depth},
+          {"device_id", c.device_id},
+          {"allow_volatile_region", c.allow_volatile_region},
+          {"segment_size", c.segment_size},
+          {"copy_policy", c.copy_policy},
+          {"gc_threshold", c.gc_threshold},
+          {"read_miss_fill", c.read_miss_fill}};
+}
+
+Result<CacheConfig> config_from_json(const nlohmann::json& doc) {
+  if (!doc.is_object()) return Status::error(EINVAL, "cache entry is not an object");
+  CacheConfig c;
+  auto name = control::string_arg(doc, "name", true);
+  auto region = control::string_arg(doc, "region", true);
+  auto backing = control::string_arg(doc, "backing", true);
+  auto policy = control::string_arg(doc, "copy_policy", false, c.copy_policy);
+  auto queues = control::unsigned_arg(doc, "queues", c.queues, 1, 64);
+  auto depth = control::unsigned_arg(doc, "depth", c.depth, 1, 4096);
+  auto segment = control::unsigned_arg(doc, "segment_size", c.segment_size, 1ull << 20, 1ull << 30);
+  auto gc = control::unsigned_arg(doc, "gc_threshold", c.gc_threshold, 0, 90);
+  auto volatile_region = control::bool_arg(doc, "allow_volatile_region", false);
+  auto fill = control::bool_arg(doc, "read_miss_fill", true);
+  for (const Status* status : {&name.status(), &region.status(), &backing.status(), &policy.status(), &queues.status(),
+                               &depth.status(), &segment.status(), &gc.status(), &volatile_region.status(), &fill.status()}) {
+    if (!status->ok()) return *status;
+  }
+  c.name = name.value();
+  if (Status status = check_cache_name(c.name); !status.ok()) return status;
+  c.region = region.value();
+  c.backing = backing.value();
+  c.copy_policy = policy.value();
+  c.queues = static_cast<unsigned>(queues.value());
+  c.depth = static_cast<unsigned>(depth.value());
+  c.segment_size = segment.value();
+  c.gc_threshold = static_cast<unsigned>(gc.value());
+  c.allow_volatile_region = volatile_region.value();
+  c.read_miss_fill = fill.value();
+  if (doc.contains("device_id") && doc["device_id"].is_number_integer()) c.device_id = doc["device_id"].get<int>();
+  return c;
+}
+
+Status check_cache_name(const std::string& name) {
+  const bool valid = !name.empty() && name.size() <= 64 && name[0] != '.' && name[0] != '-' &&
+                     name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") ==
+                         std::string::npos;
+  if (valid) return Status();
+  return Status::error(EINVAL, "invalid cache name '" + name +
+                                   "': use 1-64 letters, digits, '_', '.' or '-', not starting with '.' or '-'");
+}
+
+Result<std::vector<CacheConfig>> load_state(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    if (errno == ENOENT) return std::vector<CacheConfig>{};
+    return Status::error(errno, "cannot read state file " + path + ": " + std::strerror(errno));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json doc = nlohmann::json::parse(text.str(), nullptr, false);
+  if (doc.is_discarded() || !doc.is_object()) return Status::error(EINVAL, "state file " + path + " is not valid JSON");
+  if (!doc.contains("version") || doc["version"] != kStateVersion) {
+    return Status::error(EINVAL, "state file " + path + " has an unsupported version");
+  }
+  std::vector<CacheConfig> caches;
+  if (!doc.contains("caches") || !doc["caches"].is_array()) return Status::error(EINVAL, "state file " + path + ": no cache list");
+  for (const nlohmann::json& entry : doc["caches"]) {
+    auto config = config_from_json(entry);
+    if (!config.ok()) return config.status().with_context("state file " + path);
+    caches.push_back(config.value());
+  }
+  return caches;
+}
+
+Status save_state(const std::string& path, const std::vector<CacheConfig>& caches) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const CacheConfig& c : caches) list.push_back(to_json(c));
+  const std::string text = nlohmann::json{{"version", kStateVersion}, {"caches", list}}.dump(2) + "\n";
+  const std::string temporary = path + ".tmp";
+  UniqueFd fd(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!fd.valid()) return Status::error(errno, "cannot write " + temporary + ": " + std::strerror(errno));
+  if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()) || ::fsync(fd.get()) != 0) {
+    return Status::error(errno, "cannot write " + temporary + ": " + std::strerror(errno));
+  }
+  fd.reset();
+  if (::rename(temporary.c_str(), path.c_str()) != 0) {
+    return Status::error(errno, "cannot replace " + path + ": " + std::strerror(errno));
+  }
+  return Status();
+}
+
+}  // namespace pcached::daemon

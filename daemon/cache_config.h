@@ -1,0 +1,37 @@
+// What the daemon remembers of each cache, in its state file, so that a restarted daemon brings
+// every cache and its /dev/ublkbN back.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "pcached/status.h"
+
+namespace pcached::daemon {
+
+struct CacheConfig {
+  std::string name;
+  std::string region;
+  std::string backing;
+  unsigned queues = 1;
+  unsigned depth = 128;
+  int device_id = -1;  // the ublk device, once created
+  bool allow_volatile_region = false;
+  uint64_t segment_size = 16ull << 20;
+  std::string copy_policy = "auto";
+  unsigned gc_threshold = 70;
+  bool read_miss_fill = true;
+};
+
+nlohmann::json to_json(const CacheConfig& config);
+Result<CacheConfig> config_from_json(const nlohmann::json& doc);
+
+// The state file: {"version": 1, "caches": [...]}, replaced atomically (write, fsync, rename).
+Result<std::vector<CacheConfig>> load_state(const std::string& path);
+Status save_state(const std::string& path, const std::vector<CacheConfig>& caches);
+
+// Cache names: 1-64 of [A-Za-z0-9_.-], not starting with '.' or '-'.
+Status check_cache_name(const std::string& name);
+
+}  // namespace pcached::daemon

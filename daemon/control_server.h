@@ -1,0 +1,33 @@
+// The control socket: a unix stream socket, root-only (mode 0600), one request per connection.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "common/unique_fd.h"
+#include "pcached/status.h"
+
+namespace pcached::daemon {
+
+class ControlServer {
+ public:
+  using Handler = std::function<std::string(const std::string& request)>;
+  static Result<std::unique_ptr<ControlServer>> listen(const std::string& path, Handler handler);
+  ~ControlServer();
+
+ private:
+  ControlServer(std::string path, Handler handler) : path_(std::move(path)), handler_(std::move(handler)) {}
+  void serve();
+  void serve_one(int client);
+
+  std::string path_;
+  Handler handler_;
+  UniqueFd listener_;
+  UniqueFd wake_;  // eventfd: tells the server thread to stop
+  std::thread thread_;
+};
+
+}  // namespace pcached::daemon

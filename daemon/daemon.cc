@@ -1,0 +1,266 @@
+#include "daemon/daemon.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <thread>
+
+namespace pcached::daemon {
+
+namespace {
+
+std::string state_path(const DaemonOptions& options) { return options.state_dir + "/state.json"; }
+
+unsigned default_queues() { return std::clamp(std::thread::hardware_concurrency(), 1u, 4u); }
+
+}  // namespace
+
+Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options) {
+  auto daemon = std::unique_ptr<Daemon>(new Daemon(options));
+  if (::mkdir(options.state_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return Status::error(errno, "cannot create state directory " + options.state_dir + ": " + std::strerror(errno));
+  }
+  auto control = ublk::ControlDevice::open(options.ublk_control);
+  if (!control.ok()) return control.status();
+  daemon->control_ = std::move(control.value());
+  auto configs = load_state(state_path(options));
+  if (!configs.ok()) return configs.status();
+  for (const CacheConfig& config : configs.value()) {
+    if (Status status = daemon->restore(config); !status.ok()) {
+      // One cache that cannot come back must not keep the others down; it stays in the state
+      // file so that nothing is forgotten, and status shows it as failed.
+      spdlog::error("cache {}: not restored: {}", config.name, status.message());
+      auto managed = std::make_unique<Managed>();
+      managed->config = config;
+      daemon->caches_.emplace(config.name, std::move(managed));
+    }
+  }
+  return daemon;
+}
+
+Daemon::~Daemon() = default;
+
+Status Daemon::open_cache(Managed& managed, bool format, bool force) const {
+  const CacheConfig& config = managed.config;
+  cache::CacheOptions options;
+  options.region_path = config.region;
+  options.backing_path = config.backing;
+  options.format = format;
+  options.force = force;
+  options.allow_volatile_region = config.allow_volatile_region;
+  options.segment_size = config.segment_size;
+  options.gc_threshold_percent = config.gc_threshold;
+  options.read_miss_fill = config.read_miss_fill;
+  auto spec = pmem::parse_policy_spec(config.copy_policy);
+  if (!spec.ok()) return spec.status();
+  options.copy_policy.spec = spec.value();
+  options.copy_policy.saved_table_path = options_.state_dir + "/calibration-" + config.name + ".json";
+  auto cache = cache::Cache::open(options);
+  if (!cache.ok()) return cache.status();
+  managed.cache = std::move(cache.value());
+  return Status();
+}
+
+Status Daemon::restore(const CacheConfig& config) {
+  auto managed = std::make_unique<Managed>();
+  managed->config = config;
+  if (Status status = open_cache(*managed, false, false); !status.ok()) return status;
+  // A device left by the previous daemon is taken over (user recovery): its users see a pause.
+  if (config.device_id >= 0) {
+    auto info = control_->info(static_cast<uint32_t>(config.device_id));
+    if (info.ok() && info->state != UBLK_S_DEV_DEAD) {
+      auto device = ublk::UblkDevice::recover(*control_, *managed->cache, static_cast<uint32_t>(config.device_id));
+      if (!device.ok()) return device.status();
+      managed->device = std::move(device.value());
+    } else if (info.ok()) {
+      if (Status removed = control_->remove(static_cast<uint32_t>(config.device_id)); !removed.ok()) {
+        spdlog::warn("cache {}: stale device: {}", config.name, removed.message());
+      }
+    }
+  }
+  if (!managed->device) {
+    ublk::DeviceSettings settings;
+    settings.dev_id = config.device_id;
+    settings.queues = static_cast<uint16_t>(config.queues);
+    settings.depth = static_cast<uint16_t>(config.depth);
+    auto device = ublk::UblkDevice::create(*control_, *managed->cache, settings);
+    if (!device.ok()) return device.status();
+    managed->device = std::move(device.value());
+    managed->config.device_id = static_cast<int>(managed->device->id());
+  }
+  spdlog::info("cache {}: {} on {} over {}", config.name, managed->device->block_device(), config.region, config.backing);
+  caches_.emplace(config.name, std::move(managed));
+  return Status();
+}
+
+Status Daemon::save() const {
+  std::vector<CacheConfig> configs;
+  for (const auto& [name, managed] : caches_) configs.push_back(managed->config);
+  return save_state(state_path(options_), configs);
+}
+
+std::string Daemon::handle(const std::string& request_text) {
+  auto request = control::parse_request(request_text);
+  if (!request.ok()) return control::encode_failure(request.status());
+  std::lock_guard lock(mutex_);
+  Result<nlohmann::json> result = Status::error(EINVAL, "");
+  const std::string& command = request->command;
+  if (command == "add") {
+    result = add(request->args);
+  } else if (command == "remove") {
+    result = remove(request->args);
+  } else if (command == "list") {
+    result = list();
+  } else if (command == "status") {
+    result = status(request->args);
+  } else {
+    result = Status::error(EINVAL, "unknown command '" + command + "' (known: add, remove, list, status)");
+  }
+  return result.ok() ? control::encode_success(result.value()) : control::encode_failure(result.status());
+}
+
+Result<nlohmann::json> Daemon::add(const nlohmann::json& args) {
+  auto region = control::string_arg(args, "cache", true);
+  if (!region.ok()) return region.status();
+  auto backing = control::string_arg(args, "backing", true);
+  if (!backing.ok()) return backing.status();
+  std::string default_name;
+  for (unsigned i = 0;; ++i) {
+    default_name = "cache" + std::to_string(i);
+    if (!caches_.contains(default_name)) break;
+  }
+  nlohmann::json config_doc = args;
+  config_doc["name"] = args.contains("name") ? args["name"] : nlohmann::json(default_name);
+  config_doc["region"] = region.value();
+  if (!args.contains("queues")) config_doc["queues"] = default_queues();
+  config_doc.erase("cache");
+  auto config = config_from_json(config_doc);
+  if (!config.ok()) return config.status();
+  auto format = control::bool_arg(args, "format", false);
+  auto force = control::bool_arg(args, "force", false);
+  if (!format.ok()) return format.status();
+  if (!force.ok()) return force.status();
+  if (caches_.contains(config->name)) return Status::error(EEXIST, "a cache named '" + config->name + "' exists");
+  for (const auto& [name, managed] : caches_) {
+    if (managed->config.region == config->region || managed->config.backing == config->backing) {
+      return Status::error(EBUSY, "cache '" + name + "' already uses " +
+                                      (managed->config.region == config->region ? config->region : config->backing));
+    }
+  }
+
+  auto managed = std::make_unique<Managed>();
+  managed->config = config.value();
+  if (Status status = open_cache(*managed, format.value(), force.value()); !status.ok()) return status;
+  ublk::DeviceSettings settings;
+  settings.queues = static_cast<uint16_t>(managed->config.queues);
+  settings.depth = static_cast<uint16_t>(managed->config.depth);
+  auto device = ublk::UblkDevice::create(*control_, *managed->cache, settings);
+  if (!device.ok()) {
+    managed->cache->abandon();
+    return device.status();
+  }
+  managed->device = std::move(device.value());
+  managed->config.device_id = static_cast<int>(managed->device->id());
+  const std::string name = managed->config.name;
+  caches_.emplace(name, std::move(managed));
+  if (Status status = save(); !status.ok()) spdlog::error("{}", status.message());
+  return describe(*caches_.at(name), false);
+}
+
+Result<Daemon::Managed*> Daemon::find(const std::string& name_or_device) const {
+  for (const auto& [name, managed] : caches_) {
+    if (name == name_or_device || (managed->device && managed->device->block_device() == name_or_device)) {
+      return managed.get();
+    }
+  }
+  return Status::error(ENOENT, "no cache named '" + name_or_device + "'");
+}
+
+Result<nlohmann::json> Daemon::remove(const nlohmann::json& args) {
+  auto target = control::string_arg(args, "name", true);
+  if (!target.ok()) return target.status();
+  auto no_flush = control::bool_arg(args, "no_flush", false);
+  if (!no_flush.ok()) return no_flush.status();
+  auto found = find(target.value());
+  if (!found.ok()) return found.status();
+  Managed& managed = *found.value();
+  const std::string name = managed.config.name;
+  const std::string device = managed.device ? managed.device->block_device() : "";
+  if (managed.device) {
+    if (Status status = managed.device->remove(); !status.ok()) return status;
+    managed.device.reset();
+  }
+  cache::CacheStats before{};
+  if (managed.cache) {
+    before = managed.cache->stats();
+    // Invariant 8: every dirty sector goes to the backing device first, unless told otherwise.
+    if (Status status = managed.cache->detach(no_flush.value()); !status.ok()) {
+      return status.with_context("cache " + name + " removed from ublk but still holds dirty data");
+    }
+  }
+  caches_.erase(name);
+  if (Status status = save(); !status.ok()) spdlog::error("{}", status.message());
+  return nlohmann::json{{"name", name}, {"device", device}, {"written_back", !no_flush.value()},
+                        {"dirty_bytes_left", no_flush.value() ? before.dirty_bytes : 0}};
+}
+
+nlohmann::json Daemon::describe(const Managed& managed, bool detailed) const {
+  nlohmann::json doc = {{"name", managed.config.name},
+                        {"device", managed.device ? managed.device->block_device() : ""},
+                        {"region", managed.config.region},
+                        {"backing", managed.config.backing},
+                        {"state", managed.device ? "running" : "failed"}};
+  if (!managed.cache) return doc;
+  const cache::CacheStats s = managed.cache->stats();
+  doc["mode"] = "writeback";
+  doc["capacity_bytes"] = s.capacity_bytes;
+  doc["device_bytes"] = s.device_bytes;
+  doc["cached_bytes"] = s.cached_bytes;
+  doc["dirty_bytes"] = s.dirty_bytes;
+  if (!detailed) return doc;
+  doc["queues"] = managed.config.queues;
+  doc["depth"] = managed.config.depth;
+  doc["logical_block_size"] = s.logical_block_size;
+  doc["segments"] = {{"total", s.segments_total}, {"free", s.segments_free}, {"data", s.segments_data},
+                     {"journal", s.segments_journal}};
+  doc["reads"] = {{"total", s.reads}, {"hits", s.read_hits}, {"partial_hits", s.read_partial_hits},
+                  {"misses", s.read_misses}, {"bytes", s.read_bytes}};
+  doc["writes"] = {{"total", s.writes}, {"bytes", s.write_bytes}, {"discards", s.discards},
+                   {"write_zeroes", s.write_zeroes}, {"flushes", s.flushes}};
+  doc["writeback"] = {{"bytes", s.writeback_bytes}, {"batches", s.writeback_batches}, {"errors", s.writeback_errors},
+                      {"stalled", s.writeback_stalled}};
+  doc["gc"] = {{"runs", s.gc_runs}, {"segments_reclaimed", s.segments_reclaimed}, {"threshold_percent", managed.config.gc_threshold}};
+  doc["errors"] = {{"backing_read", s.backing_read_errors}, {"media", s.media_errors}};
+  doc["copy_policy"] = managed.cache->copy_policy_description();
+  doc["recovery"] = {{"seconds", s.recovery_seconds}, {"keys", s.recovered_keys}};
+  doc["index_bytes"] = s.index_bytes;
+  return doc;
+}
+
+Result<nlohmann::json> Daemon::list() const {
+  nlohmann::json caches = nlohmann::json::array();
+  for (const auto& [name, managed] : caches_) caches.push_back(describe(*managed, false));
+  return nlohmann::json{{"caches", caches}};
+}
+
+Result<nlohmann::json> Daemon::status(const nlohmann::json& args) const {
+  auto target = control::string_arg(args, "name", true);
+  if (!target.ok()) return target.status();
+  auto found = find(target.value());
+  if (!found.ok()) return found.status();
+  return describe(*found.value(), true);
+}
+
+void Daemon::remove_all() {
+  std::lock_guard lock(mutex_);
+  std::vector<std::string> names;
+  for (const auto& [name, managed] : caches_) names.push_back(name);
+  for (const std::string& name : names) {
+    auto result = remove(nlohmann::json{{"name", name}});
+    if (!result.ok()) spdlog::error("cache {}: {}", name, result.status().message());
+  }
+}
+
+}  // namespace pcached::daemon

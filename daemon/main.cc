@@ -1,0 +1,111 @@
+// pcachedd: the pcached daemon. Runs in the foreground (as systemd expects), serves every cache
+// in its state file as /dev/ublkbN, and takes commands on its control socket.
+#include <sched.h>
+#include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <sys/file.h>
+#include <sys/mount.h>
+
+#include <CLI/CLI.hpp>
+#include <fstream>
+#include <sstream>
+
+#include "common/unique_fd.h"
+#include "control/protocol.h"
+#include "daemon/control_server.h"
+#include "daemon/daemon.h"
+
+using namespace pcached;
+
+namespace {
+
+// The daemon must not share a mount namespace with users of its own devices: if its namespace
+// held the last mount of a filesystem on /dev/ublkbN, its exit would flush to a device nobody
+// serves any more and hang. It gets a private namespace and drops any such mount from it.
+void leave_shared_mount_namespace() {
+  if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    spdlog::warn("cannot make a private mount namespace: {}", std::strerror(errno));
+    return;
+  }
+  std::ifstream mounts("/proc/self/mounts");
+  std::string line;
+  std::vector<std::string> ours;
+  while (std::getline(mounts, line)) {
+    std::istringstream fields(line);
+    std::string source, target;
+    fields >> source >> target;
+    if (source.rfind("/dev/ublkb", 0) == 0) ours.push_back(target);
+  }
+  for (auto it = ours.rbegin(); it != ours.rend(); ++it) ::umount2(it->c_str(), MNT_DETACH);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"pcachedd: the pcached daemon (pmem block cache served through ublk)"};
+  std::string socket_path = control::kDefaultSocket;
+  std::string state_dir = "/var/lib/pcached";
+  std::string metrics_address = "127.0.0.1:9469";
+  std::string log_level = "info";
+  bool remove_on_exit = false;
+  app.add_option("--socket", socket_path, "control socket")->capture_default_str();
+  app.add_option("--state-dir", state_dir, "where the list of caches and calibrations are kept")->capture_default_str();
+  app.add_option("--metrics-address", metrics_address, "Prometheus /metrics listen address")->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
+      ->capture_default_str();
+  app.add_flag("--remove-on-exit", remove_on_exit,
+               "on SIGTERM/SIGINT remove every device, writing back dirty data (default: leave the devices for the "
+               "next daemon to recover)");
+  CLI11_PARSE(app, argc, argv);
+
+  spdlog::set_default_logger(spdlog::stderr_color_mt("pcachedd"));
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
+
+  // Signals are taken synchronously by the main thread; every other thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  // One daemon per state directory.
+  UniqueFd lock(::open((state_dir + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock.valid() || ::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    spdlog::error("another pcachedd is running for {} (or {}.lock cannot be created)", state_dir, state_dir);
+    return 1;
+  }
+  leave_shared_mount_namespace();
+
+  daemon::DaemonOptions options;
+  options.state_dir = state_dir;
+  auto daemon = daemon::Daemon::start(options);
+  if (!daemon.ok()) {
+    spdlog::error("{}", daemon.status().message());
+    return 1;
+  }
+  auto server = daemon::ControlServer::listen(socket_path, [&](const std::string& request) {
+    return daemon.value()->handle(request);
+  });
+  if (!server.ok()) {
+    spdlog::error("{}", server.status().message());
+    return 1;
+  }
+  spdlog::info("pcachedd ready (metrics on {} come with the metrics endpoint)", metrics_address);
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  spdlog::info("{} received", strsignal(signal_number));
+  server.value().reset();
+  if (remove_on_exit) {
+    daemon.value()->remove_all();
+    return 0;
+  }
+  // Leave the devices to the next pcachedd: the driver holds their I/O until it recovers them.
+  // Everything acknowledged is durable already, so there is nothing to write on the way out.
+  spdlog::info("exiting; devices stay for the next pcachedd to recover");
+  std::fflush(nullptr);
+  ::_exit(0);
+}

@@ -1,0 +1,139 @@
+#include "ublk/ublk_device.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cstring>
+#include <thread>
+
+#include "ublk/uapi_compat.h"
+
+namespace pcached::ublk {
+
+namespace {
+
+ublk_params params_for(const cache::Cache& cache, uint32_t max_io_bytes) {
+  ublk_params params{};
+  params.len = sizeof params;
+  params.types = UBLK_PARAM_TYPE_BASIC | UBLK_PARAM_TYPE_DISCARD;
+  const uint32_t block = cache.logical_block_size();
+  const auto block_shift = static_cast<uint8_t>(std::countr_zero(block));
+  // No volatile-cache attribute: an acknowledged write is already durable, so the kernel need
+  // not send flushes.
+  params.basic.attrs = 0;
+  params.basic.logical_bs_shift = block_shift;
+  params.basic.physical_bs_shift = std::max<uint8_t>(block_shift, 12);
+  params.basic.io_min_shift = block_shift;
+  params.basic.io_opt_shift = 12;
+  params.basic.max_sectors = max_io_bytes >> 9;
+  params.basic.dev_sectors = cache.device_sectors();
+  params.discard.discard_granularity = block;
+  params.discard.max_discard_sectors = 1u << 24;
+  params.discard.max_write_zeroes_sectors = 1u << 24;
+  params.discard.max_discard_segments = 1;
+  return params;
+}
+
+// Undoing a half-made device after a failure: the first error is what the caller reports; a
+// second one is only logged.
+void log_cleanup_failure(const Status& status) {
+  if (!status.ok()) spdlog::warn("while cleaning up: {}", status.message());
+}
+
+}  // namespace
+
+Result<std::unique_ptr<UblkDevice>> UblkDevice::create(ControlDevice& control, cache::Cache& cache,
+                                                       const DeviceSettings& settings) {
+  auto device = std::unique_ptr<UblkDevice>(new UblkDevice(control, cache));
+  // User recovery keeps /dev/ublkbN (and the filesystems on it) when the daemon dies; reissue
+  // hands the requests it held to the next daemon instead of failing them.
+  const uint64_t flags = UBLK_F_USER_RECOVERY | UBLK_F_USER_RECOVERY_REISSUE;
+  auto info = control.add(settings.dev_id, settings.queues, settings.depth, settings.max_io_bytes, flags);
+  if (!info.ok()) return info.status();
+  device->info_ = info.value();
+  if (Status status = control.set_params(device->info_.id, params_for(cache, device->info_.max_io_bytes)); !status.ok()) {
+    log_cleanup_failure(control.remove(device->info_.id));
+    return status;
+  }
+  if (Status status = device->open_char_device(); !status.ok()) {
+    log_cleanup_failure(control.remove(device->info_.id));
+    return status;
+  }
+  if (Status status = device->start_queues(); !status.ok()) {
+    log_cleanup_failure(device->remove());
+    return status;
+  }
+  // START_DEV returns once every tag is fetched; adding the disk then reads its partition table,
+  // which the queue threads serve.
+  if (Status status = control.start(device->info_.id, ::getpid()); !status.ok()) {
+    log_cleanup_failure(device->remove());
+    return status;
+  }
+  spdlog::info("{}: started ({} queues x {} tags, {} KiB max I/O, flags {:#x})", device->block_device(),
+               device->info_.queues, device->info_.depth, device->info_.max_io_bytes / 1024, device->info_.flags);
+  return device;
+}
+
+Result<std::unique_ptr<UblkDevice>> UblkDevice::recover(ControlDevice& control, cache::Cache& cache, uint32_t dev_id) {
+  auto device = std::unique_ptr<UblkDevice>(new UblkDevice(control, cache));
+  auto info = control.info(dev_id);
+  if (!info.ok()) return info.status();
+  device->info_ = info.value();
+  if (!(device->info_.flags & UBLK_F_USER_RECOVERY)) {
+    return Status::error(EINVAL, "ublk device " + std::to_string(dev_id) + " was not created with user recovery");
+  }
+  if (Status status = control.start_recovery(dev_id); !status.ok()) return status;
+  if (Status status = device->open_char_device(); !status.ok()) return status;
+  if (Status status = device->start_queues(); !status.ok()) return status;
+  if (Status status = control.end_recovery(dev_id, ::getpid()); !status.ok()) return status;
+  spdlog::info("{}: recovered: this daemon serves it now", device->block_device());
+  return device;
+}
+
+UblkDevice::~UblkDevice() {
+  if (!removed_) log_cleanup_failure(remove());
+}
+
+Status UblkDevice::open_char_device() {
+  const std::string path = "/dev/ublkc" + std::to_string(info_.id);
+  // devtmpfs creates the node as the driver registers it; give it a moment.
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    char_fd_.reset(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+    if (char_fd_.valid() || errno != ENOENT) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!char_fd_.valid()) return Status::error(errno, "cannot open " + path + ": " + std::strerror(errno));
+  return Status();
+}
+
+Status UblkDevice::start_queues() {
+  for (uint16_t q = 0; q < info_.queues; ++q) {
+    QueueSettings settings;
+    settings.char_fd = char_fd_.get();
+    settings.queue = q;
+    settings.depth = info_.depth;
+    settings.max_io_bytes = info_.max_io_bytes;
+    settings.ioctl_encoded = control_.ioctl_encoded();
+    if (auto cpus = control_.queue_affinity(info_.id, q); cpus.ok()) settings.cpus = cpus.value();
+    queues_.push_back(std::make_unique<UblkQueue>(cache_, settings));
+    if (Status status = queues_.back()->start(); !status.ok()) return status;
+  }
+  return Status();
+}
+
+Status UblkDevice::remove() {
+  removed_ = true;
+  Status stopped = control_.stop(info_.id);
+  if (!stopped.ok()) spdlog::warn("{}: {}", block_device(), stopped.message());
+  // Queue threads end once every tag is aborted; their rings and mappings go with them, and then
+  // the last reference to /dev/ublkcN, so that DEL_DEV does not wait forever.
+  queues_.clear();
+  char_fd_.reset();
+  Status removed = control_.remove(info_.id);
+  if (removed.ok()) spdlog::info("{}: removed", block_device());
+  return removed.ok() ? stopped : removed;
+}
+
+}  // namespace pcached::ublk

@@ -1,0 +1,54 @@
+// A cached block device: /dev/ublkbN served by one UblkQueue per hardware queue. Created fresh
+// (ADD_DEV, SET_PARAMS, START_DEV) or taken over from a server that died (user recovery).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/unique_fd.h"
+#include "pcached/cache.h"
+#include "pcached/status.h"
+#include "ublk/control_device.h"
+#include "ublk/ublk_queue.h"
+
+namespace pcached::ublk {
+
+struct DeviceSettings {
+  int32_t dev_id = -1;  // -1: the driver picks
+  uint16_t queues = 1;
+  uint16_t depth = 128;
+  uint32_t max_io_bytes = 1 << 20;
+};
+
+class UblkDevice {
+ public:
+  static Result<std::unique_ptr<UblkDevice>> create(ControlDevice& control, cache::Cache& cache,
+                                                    const DeviceSettings& settings);
+  // Takes over /dev/ublkbN from a server that died, without the device going away: its I/O was
+  // held by the driver and is served (re-issued) by us.
+  static Result<std::unique_ptr<UblkDevice>> recover(ControlDevice& control, cache::Cache& cache, uint32_t dev_id);
+  ~UblkDevice();
+
+  uint32_t id() const { return info_.id; }
+  std::string block_device() const { return "/dev/ublkb" + std::to_string(info_.id); }
+  const DeviceInfo& info() const { return info_; }
+
+  // STOP_DEV (in-flight I/O completes, the disk goes), the queues drain, DEL_DEV.
+  Status remove();
+
+ private:
+  UblkDevice(ControlDevice& control, cache::Cache& cache) : control_(control), cache_(cache) {}
+  Status open_char_device();
+  Status start_queues();
+
+  ControlDevice& control_;
+  cache::Cache& cache_;
+  DeviceInfo info_;
+  UniqueFd char_fd_;
+  std::vector<std::unique_ptr<UblkQueue>> queues_;
+  bool removed_ = false;
+};
+
+}  // namespace pcached::ublk

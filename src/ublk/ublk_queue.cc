@@ -1,0 +1,163 @@
+#include "ublk/ublk_queue.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <spdlog/spdlog.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "ublk/uapi_compat.h"
+
+namespace pcached::ublk {
+
+// One tag: a request slot of the queue. It is the handler of its ublk command's completion and
+// the engine's completion of the request the driver put in it.
+class UblkQueue::Tag final : public io::CompletionHandler, public cache::RequestCompletion {
+ public:
+  Tag(UblkQueue& queue, uint16_t tag, std::byte* buffer) : queue_(queue), tag_(tag), buffer_(buffer) {}
+
+  uint16_t tag() const { return tag_; }
+  std::byte* buffer() const { return buffer_; }
+
+  // The driver answered our FETCH/COMMIT_AND_FETCH: a request is waiting, or the tag is aborted.
+  void on_completion(int result) override {
+    if (result == UBLK_IO_RES_OK) {
+      serve();
+      return;
+    }
+    if (result != UBLK_IO_RES_ABORT) {
+      spdlog::error("ublk queue {} tag {}: command failed: {}", queue_.settings_.queue, tag_, std::strerror(-result));
+    }
+    --queue_.live_tags_;  // ENODEV: stopping (or recovering); the tag is not re-armed
+  }
+
+  // The engine finished the request: commit its result and fetch the next one in one command.
+  void complete(int result) override {
+    queue_.submit_command(*this, io_opcode(kCommitAndFetchRequest, queue_.settings_.ioctl_encoded), result);
+  }
+
+ private:
+  void serve() {
+    const ublksrv_io_desc& desc = queue_.descriptors_[tag_];
+    cache::Request request;
+    request.sector = desc.start_sector;
+    request.sectors = desc.nr_sectors;
+    request.buffer = buffer_;
+    request.fua = (desc.op_flags & UBLK_IO_F_FUA) != 0;
+    switch (ublksrv_get_op(&desc)) {
+      case UBLK_IO_OP_READ:
+        request.op = cache::Op::Read;
+        break;
+      case UBLK_IO_OP_WRITE:
+        request.op = cache::Op::Write;
+        break;
+      case UBLK_IO_OP_FLUSH:
+        request.op = cache::Op::Flush;
+        break;
+      case UBLK_IO_OP_DISCARD:
+        request.op = cache::Op::Discard;
+        break;
+      case UBLK_IO_OP_WRITE_ZEROES:
+        request.op = cache::Op::WriteZeroes;
+        break;
+      default:
+        complete(-EOPNOTSUPP);
+        return;
+    }
+    queue_.engine_queue_->submit(request, this);
+  }
+
+  UblkQueue& queue_;
+  uint16_t tag_;
+  std::byte* buffer_;
+};
+
+UblkQueue::UblkQueue(cache::Cache& cache, const QueueSettings& settings) : cache_(cache), settings_(settings) {}
+
+UblkQueue::~UblkQueue() {
+  join();
+  engine_queue_.reset();
+  ring_.reset();  // drops the ring's reference to /dev/ublkcN before the mappings go
+  if (descriptors_ != nullptr) ::munmap(const_cast<ublksrv_io_desc*>(descriptors_), descriptors_length_);
+  if (buffers_ != nullptr) ::munmap(buffers_, buffers_length_);
+}
+
+void UblkQueue::submit_command(Tag& tag, uint32_t opcode, int32_t result) {
+  io_uring_sqe* sqe = ring_->prepare(&tag);
+  sqe->opcode = IORING_OP_URING_CMD;
+  sqe->fd = settings_.char_fd;
+  sqe->cmd_op = opcode;
+  ublksrv_io_cmd cmd{};
+  cmd.q_id = settings_.queue;
+  cmd.tag = tag.tag();
+  cmd.result = result;
+  cmd.addr = reinterpret_cast<uint64_t>(tag.buffer());
+  std::memcpy(io::Ring::command_area(sqe), &cmd, sizeof cmd);
+}
+
+Status UblkQueue::set_up() {
+  const std::string where = "ublk queue " + std::to_string(settings_.queue);
+  if (!settings_.cpus.empty()) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int cpu : settings_.cpus) CPU_SET(cpu, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+  }
+  // This thread's writes must not be throttled behind the dirty pages of its own device.
+  prctl(PR_SET_IO_FLUSHER, 1, 0, 0, 0);
+
+  auto ring = io::Ring::create(2u * settings_.depth + 16, IORING_SETUP_SQE128);
+  if (!ring.ok()) return ring.status().with_context(where);
+  ring_ = std::move(ring.value());
+
+  const long page = ::sysconf(_SC_PAGESIZE);
+  descriptors_length_ = (settings_.depth * sizeof(ublksrv_io_desc) + page - 1) / page * page;
+  void* descriptors = ::mmap(nullptr, descriptors_length_, PROT_READ, MAP_SHARED | MAP_POPULATE, settings_.char_fd,
+                             static_cast<off_t>(UBLKSRV_CMD_BUF_OFFSET + settings_.queue * kDescriptorStride(page)));
+  if (descriptors == MAP_FAILED) {
+    descriptors_ = nullptr;
+    return Status::error(errno, where + ": cannot map the descriptor array: " + std::strerror(errno));
+  }
+  descriptors_ = static_cast<const ublksrv_io_desc*>(descriptors);
+
+  buffers_length_ = size_t{settings_.depth} * settings_.max_io_bytes;
+  void* buffers = ::mmap(nullptr, buffers_length_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (buffers == MAP_FAILED) return Status::error(errno, where + ": cannot allocate I/O buffers");
+  buffers_ = static_cast<std::byte*>(buffers);
+
+  auto engine_queue = cache_.create_queue(*ring_);
+  if (!engine_queue.ok()) return engine_queue.status().with_context(where);
+  engine_queue_ = std::move(engine_queue.value());
+
+  for (uint16_t tag = 0; tag < settings_.depth; ++tag) {
+    tags_.push_back(std::make_unique<Tag>(*this, tag, buffers_ + size_t{tag} * settings_.max_io_bytes));
+    submit_command(*tags_.back(), io_opcode(kFetchRequest, settings_.ioctl_encoded), -1);
+  }
+  live_tags_ = settings_.depth;
+  ring_->submit();
+  return Status();
+}
+
+void UblkQueue::run() {
+  setup_status_ = set_up();
+  setup_state_.store(setup_status_.ok() ? 1 : -1);
+  setup_state_.notify_all();
+  if (!setup_status_.ok()) return;
+  // Serve until the driver has aborted every tag; engine I/O completes on the same ring.
+  while (live_tags_ > 0 || ring_->in_flight() > 0) ring_->wait_and_dispatch(std::chrono::seconds(1));
+}
+
+Status UblkQueue::start() {
+  thread_ = std::thread([this] { run(); });
+  setup_state_.wait(0);
+  return setup_status_;
+}
+
+void UblkQueue::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace pcached::ublk
