@@ -57,6 +57,16 @@ bool lock_exclusively(int fd) {
   return false;
 }
 
+// The same wait for an exclusive open of a block device (EBUSY while the dead process's ring
+// still holds it).
+int open_retrying_busy(const std::string& path, int flags) {
+  for (int attempt = 0;; ++attempt) {
+    const int fd = ::open(path.c_str(), flags);
+    if (fd >= 0 || errno != EBUSY || attempt >= 100) return fd;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 }  // namespace
 
 bool FaultRule::take() {
@@ -81,11 +91,11 @@ Result<std::unique_ptr<BackingDevice>> BackingDevice::open(const std::string& pa
   device->path_ = path;
   // O_EXCL on a block device fails while it is mounted or held by another exclusive opener.
   const int base_flags = O_RDWR | O_CLOEXEC | (block ? O_EXCL : 0);
-  device->fd_.reset(::open(path.c_str(), base_flags | O_DIRECT));
+  device->fd_.reset(open_retrying_busy(path, base_flags | O_DIRECT));
   device->direct_io_ = device->fd_.valid();
   if (!device->fd_.valid() && errno == EINVAL) {
     // tmpfs and a few other filesystems refuse O_DIRECT; buffered I/O plus fsync is still correct.
-    device->fd_.reset(::open(path.c_str(), base_flags));
+    device->fd_.reset(open_retrying_busy(path, base_flags));
     if (device->fd_.valid()) spdlog::info("backing device {}: O_DIRECT not supported here, using buffered I/O", path);
   }
   if (!device->fd_.valid()) {

@@ -1,0 +1,30 @@
+# Scenario 6: the cache region as a file on an fsdax filesystem (-o dax), and as a plain file
+# (page granularity: only with --allow-volatile-region).
+. /guest_lib.sh
+trap show_daemon_log EXIT
+ndctl disable-region all >/dev/null
+ndctl init-labels -f all >/dev/null
+ndctl enable-region all >/dev/null
+ndctl create-namespace -r region0 -m fsdax -s 512M >/dev/null
+pmem=$(ls /dev/pmem0* | head -1)
+/sbin/mke2fs -q -t ext4 -b 4096 -F "$pmem"
+mkdir -p /pmem && mount -t ext4 -o dax "$pmem" /pmem
+dd if=/dev/zero of=/pmem/cache.img bs=1M count=256 2>/dev/null
+start_daemon
+dev=$(pcached add --cache /pmem/cache.img --backing /dev/vda --format --name fsdax)
+fio --name=fsdax --filename="$dev" --direct=1 --ioengine=libaio --iodepth=16 --rw=randwrite --bs=16k --size=64M \
+    --verify=crc32c --do_verify=1 --verify_fatal=1 --randrepeat=0 --output-format=terse >/dev/null
+pcached status fsdax | grep -q "fsdax: $dev (running)"
+pcached remove fsdax
+echo "fsdax file region: verified"
+
+dd if=/dev/zero of=/tmp/cache.img bs=1M count=64 2>/dev/null
+if pcached add --cache /tmp/cache.img --backing /dev/vda --format --name plain 2>/tmp/refusal; then
+  echo "a page-granularity file was accepted without --allow-volatile-region"; exit 1
+fi
+grep -q "not DAX-capable" /tmp/refusal
+dev=$(pcached add --cache /tmp/cache.img --backing /dev/vda --format --name plain --allow-volatile-region --segment-size 4M)
+fio --name=plain --filename="$dev" --direct=1 --ioengine=libaio --iodepth=8 --rw=randwrite --bs=4k --size=32M \
+    --verify=crc32c --do_verify=1 --verify_fatal=1 --randrepeat=0 --output-format=terse >/dev/null
+pcached remove plain
+echo "plain file region: verified"
