@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""fio in the test VM, round robin in one boot: pcached's /dev/ublkb0 against raw pmem (an fsdax
+namespace), null_blk, and dm-writecache on the same emulated NVDIMM over the same virtio disk.
+Figures are ratios against the references measured in the same boot; absolute numbers under TCG
+swing with host load.
+
+    bench/vm_fio_bench.py --pcachedd build/daemon/pcachedd --pcached build/cli/pcached [--json] [--rounds 3]
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "vm"))
+import vm as harness  # noqa: E402
+
+JOBS = [  # name, fio arguments
+    ("randwrite-4k-qd16", "--rw=randwrite --bs=4k --iodepth=16"),
+    ("randwrite-4k-qd32", "--rw=randwrite --bs=4k --iodepth=32"),
+    ("randread-4k-cached", "--rw=randread --bs=4k --iodepth=16"),
+    ("seqwrite-64k", "--rw=write --bs=64k --iodepth=16"),
+    ("seqwrite-1m", "--rw=write --bs=1m --iodepth=8"),
+]
+
+GUEST = r"""
+. /guest_lib.sh
+ndctl disable-region all >/dev/null; ndctl init-labels -f all >/dev/null; ndctl enable-region all >/dev/null
+ndctl create-namespace -r region0 -m devdax -s 384M >/dev/null
+ndctl create-namespace -r region0 -m fsdax -s 384M >/dev/null
+pmem=$(ls /dev/pmem0* | head -1)
+modprobe_null() { [ -b /dev/nullb0 ] || insmod /lib/modules/null_blk.ko nr_devices=1 >/dev/null 2>&1 || true; }
+modprobe_null
+start_daemon
+run_job() {  # target name job args
+  target=$1; dev=$2; job=$3; shift 3
+  out=$(fio --name=$job --filename=$dev --direct=1 --ioengine=libaio --size=128M --time_based --runtime=RUNTIME \
+        --ramp_time=1 --randrepeat=0 --norandommap --output-format=terse --terse-version=3 "$@" 2>/dev/null)
+  # terse v3: field 8 read IOPS, field 49 write IOPS
+  r=$(echo "$out" | cut -d';' -f8); w=$(echo "$out" | cut -d';' -f49)
+  echo "RESULT $target $job $r $w"
+}
+prefill() { fio --name=fill --filename=$1 --direct=1 --ioengine=libaio --rw=write --bs=1m --size=128M --iodepth=8 >/dev/null 2>&1; }
+for round in $(seq ROUNDS); do
+  for target in pmem nullblk pcached writecache; do
+    case $target in
+      pmem) dev=$pmem ;;
+      nullblk) dev=/dev/nullb0 ;;
+      pcached) dev=$(pcached add --cache /dev/dax0.0 --backing /dev/vda --format --force --queues 2) ;;
+      writecache)
+        # A cache device dm-writecache has never seen must start zeroed (it formats it then).
+        dd if=/dev/zero of=$pmem bs=1M count=4 conv=fsync 2>/dev/null
+        sectors=$(blockdev --getsz /dev/vda 2>/dev/null || echo $(( $(cat /sys/block/vda/size) )))
+        /sbin/dmsetup create wc --table "0 $sectors writecache p /dev/vda $pmem 4096 0"
+        dev=/dev/mapper/wc ;;
+    esac
+    [ -b "$dev" ] || { echo "no device for $target"; exit 1; }
+    prefill $dev
+JOBLINES
+    case $target in
+      pcached) pcached remove cache0 >/dev/null ;;
+      writecache) /sbin/dmsetup remove wc ;;
+    esac
+  done
+done
+"""
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pcachedd", required=True)
+    parser.add_argument("--pcached", required=True)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--runtime", type=int, default=5, help="seconds per job")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    job_lines = "\n".join(f"    run_job $target $dev {name} {fio}" for name, fio in JOBS)
+    script_text = (GUEST.replace("JOBLINES", job_lines).replace("ROUNDS", str(args.rounds))
+                   .replace("RUNTIME", str(args.runtime)))
+    machine = harness.Vm()
+    scratch = tempfile.mkdtemp(prefix="pcached-vmbench-", dir="/dev/shm")
+    try:
+        pmem, disk, script = (os.path.join(scratch, n) for n in ("pmem.img", "disk.img", "bench.sh"))
+        harness.make_file(pmem, 1 << 30)
+        harness.make_file(disk, 512 << 20)
+        with open(script, "w") as f:
+            f.write(script_text)
+        sink = open(os.devnull, "w") if args.json else None
+        stdout = sys.stdout
+        if sink:
+            sys.stdout = sink
+        result = machine.run(script, pmem, disk, binaries=[args.pcachedd, args.pcached], timeout=3600)
+        sys.stdout = stdout
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if result.status != 0:
+        print(result.output[-3000:], file=sys.stderr)
+        return 1
+    samples = {}
+    for match in re.finditer(r"^RESULT (\S+) (\S+) (\S+) (\S+)$", result.output, re.M):
+        target, job, r, w = match.groups()
+        iops = float(r) + float(w)
+        samples.setdefault((target, job), []).append(iops)
+    targets = ["pcached", "writecache", "pmem", "nullblk"]
+    table = {job: {t: statistics.median(samples.get((t, job), [0])) for t in targets} for job, _ in JOBS}
+    ratios = {job: (row["pcached"] / row["writecache"] if row["writecache"] else 0.0) for job, row in table.items()}
+    if args.json:
+        print(json.dumps({"benchmark": "vm-fio", "unit": "IOPS (median of rounds)", "rounds": args.rounds,
+                          "iops": table, "pcached_vs_dm_writecache": ratios}, indent=2))
+        return 0
+    print(f"\nfio in the VM (TCG), {args.rounds} rounds round robin, median IOPS")
+    print(f"{'job':<20} {'pcached':>10} {'dm-wc':>10} {'raw pmem':>10} {'null_blk':>10} {'pcached/dm-wc':>14}")
+    for job, row in table.items():
+        print(f"{job:<20} {row['pcached']:>10.0f} {row['writecache']:>10.0f} {row['pmem']:>10.0f} {row['nullblk']:>10.0f} "
+              f"{ratios[job]:>14.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

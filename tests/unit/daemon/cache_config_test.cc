@@ -1,0 +1,54 @@
+#include <catch2/catch.hpp>
+#include <fstream>
+
+#include "daemon/cache_config.h"
+#include "support/scratch_file.h"
+
+using namespace pcached;
+using namespace pcached::daemon;
+
+TEST_CASE("the state file round-trips and a missing one is empty", "[daemon][state]") {
+  pcached::testing::ScratchFile file(0);
+  CacheConfig a;
+  a.name = "fast";
+  a.region = "/dev/dax0.0";
+  a.backing = "/dev/sdb";
+  a.queues = 4;
+  a.device_id = 3;
+  a.copy_policy = "threshold:4K";
+  CacheConfig b = a;
+  b.name = "slow.1";
+  b.region = "/mnt/pmem/cache";
+  b.allow_volatile_region = true;
+  REQUIRE(save_state(file.path(), {a, b}).ok());
+  auto loaded = load_state(file.path());
+  REQUIRE(loaded.ok());
+  REQUIRE(loaded->size() == 2);
+  CHECK(to_json(loaded->at(0)) == to_json(a));
+  CHECK(to_json(loaded->at(1)) == to_json(b));
+  CHECK(load_state(file.path() + ".absent")->empty());
+}
+
+TEST_CASE("a damaged state file is refused with the reason", "[daemon][state][bad-input]") {
+  pcached::testing::ScratchFile file(0);
+  auto write = [&](const std::string& text) { std::ofstream(file.path()) << text; };
+  write("{not json");
+  CHECK(load_state(file.path()).status().message().find("not valid JSON") != std::string::npos);
+  write(R"({"version":9,"caches":[]})");
+  CHECK(load_state(file.path()).status().message().find("unsupported version") != std::string::npos);
+  write(R"({"version":1,"caches":[{"name":"x"}]})");
+  CHECK(load_state(file.path()).status().message().find("missing argument 'region'") != std::string::npos);
+  write(R"({"version":1,"caches":[{"name":"../etc","region":"/a","backing":"/b"}]})");
+  CHECK(load_state(file.path()).status().message().find("invalid cache name") != std::string::npos);
+  write(R"({"version":1,"caches":[{"name":"a","region":"/a","backing":"/b","depth":0}]})");
+  CHECK(load_state(file.path()).status().message().find("between 1 and 4096") != std::string::npos);
+}
+
+TEST_CASE("cache names are checked", "[daemon][bad-input]") {
+  for (const char* good : {"cache0", "db_cache", "a.b-c", "X"}) CHECK(check_cache_name(good).ok());
+  for (const char* bad : {"", ".hidden", "-rf", "a/b", "a b", "tab\t", "ünï"}) {
+    INFO(bad);
+    CHECK_FALSE(check_cache_name(bad).ok());
+  }
+  CHECK_FALSE(check_cache_name(std::string(65, 'a')).ok());
+}
