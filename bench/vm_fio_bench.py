@@ -45,7 +45,7 @@ run_job() {  # target name job args
 }
 prefill() { fio --name=fill --filename=$1 --direct=1 --ioengine=libaio --rw=write --bs=1m --size=128M --iodepth=8 >/dev/null 2>&1; }
 for round in $(seq ROUNDS); do
-  for target in pmem nullblk pcached writecache; do
+  for target in TARGETS; do
     case $target in
       pmem) dev=$pmem ;;
       nullblk) dev=/dev/nullb0 ;;
@@ -54,7 +54,8 @@ for round in $(seq ROUNDS); do
         # A cache device dm-writecache has never seen must start zeroed (it formats it then).
         dd if=/dev/zero of=$pmem bs=1M count=4 conv=fsync 2>/dev/null
         sectors=$(blockdev --getsz /dev/vda 2>/dev/null || echo $(( $(cat /sys/block/vda/size) )))
-        /sbin/dmsetup create wc --table "0 $sectors writecache p /dev/vda $pmem 4096 0"
+        /sbin/dmsetup create wc --noudevsync --table "0 $sectors writecache p /dev/vda $pmem 4096 0" || { dmesg | tail -5; exit 1; }
+        /sbin/dmsetup mknodes wc
         dev=/dev/mapper/wc ;;
     esac
     [ -b "$dev" ] || { echo "no device for $target"; exit 1; }
@@ -62,7 +63,7 @@ for round in $(seq ROUNDS); do
 JOBLINES
     case $target in
       pcached) pcached remove cache0 >/dev/null ;;
-      writecache) /sbin/dmsetup remove wc ;;
+      writecache) /sbin/dmsetup remove --noudevsync wc ;;
     esac
   done
 done
@@ -74,13 +75,15 @@ def main():
     parser.add_argument("--pcachedd", required=True)
     parser.add_argument("--pcached", required=True)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", help="run only this target (debugging)")
     parser.add_argument("--runtime", type=int, default=5, help="seconds per job")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
     job_lines = "\n".join(f"    run_job $target $dev {name} {fio}" for name, fio in JOBS)
     script_text = (GUEST.replace("JOBLINES", job_lines).replace("ROUNDS", str(args.rounds))
-                   .replace("RUNTIME", str(args.runtime)))
+                   .replace("RUNTIME", str(args.runtime))
+                   .replace("TARGETS", args.only or "pmem nullblk pcached writecache"))
     machine = harness.Vm()
     scratch = tempfile.mkdtemp(prefix="pcached-vmbench-", dir="/dev/shm")
     try:

@@ -64,16 +64,21 @@ unsigned Ring::drain_completions() {
 }
 
 unsigned Ring::wait_and_dispatch(std::chrono::nanoseconds timeout) {
-  submit();
   unsigned count = drain_completions();
-  if (count > 0) return count;
+  if (count > 0) {
+    submit();  // what the handlers just prepared
+    return count;
+  }
   __kernel_timespec ts{};
   ts.tv_sec = static_cast<long long>(timeout.count() / 1'000'000'000);
   ts.tv_nsec = static_cast<long long>(timeout.count() % 1'000'000'000);
   io_uring_cqe* cqe = nullptr;
-  const int rc = io_uring_wait_cqe_timeout(&ring_, &cqe, &ts);
+  // One system call submits what is pending and waits for the next completion.
+  const int rc = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
   if (rc < 0 && rc != -ETIME && rc != -EINTR) return 0;
-  return drain_completions();
+  count = drain_completions();
+  if (count > 0) submit();
+  return count;
 }
 
 unsigned Ring::dispatch() {
