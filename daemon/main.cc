@@ -6,8 +6,10 @@
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
 #include <sys/mount.h>
+#include <systemd/sd-daemon.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <fstream>
 #include <sstream>
 
@@ -94,9 +96,19 @@ int main(int argc, char** argv) {
     return 1;
   }
   spdlog::info("pcachedd ready (metrics on {} come with the metrics endpoint)", metrics_address);
+  sd_notify(0, "READY=1\nSTATUS=serving caches");
 
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  // The main loop: wait for a signal, pinging systemd's watchdog at half its interval.
+  uint64_t watchdog_usec = 0;
+  const bool watchdog = sd_watchdog_enabled(0, &watchdog_usec) > 0 && watchdog_usec > 0;
+  const auto tick = std::chrono::microseconds(watchdog ? watchdog_usec / 2 : 3'600'000'000ull);
+  int signal_number = -1;
+  while (signal_number < 0) {
+    timespec timeout{static_cast<time_t>(tick.count() / 1'000'000), static_cast<long>(tick.count() % 1'000'000) * 1000};
+    signal_number = sigtimedwait(&signals, nullptr, &timeout);
+    if (watchdog) sd_notify(0, "WATCHDOG=1");
+  }
+  sd_notify(0, "STOPPING=1");
   spdlog::info("{} received", strsignal(signal_number));
   server.value().reset();
   if (remove_on_exit) {
