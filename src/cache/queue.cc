@@ -259,26 +259,24 @@ int EngineQueue::write(const Request& request) {
   return static_cast<int>(request.sectors * kSectorSize);
 }
 
-int EngineQueue::write_zeroes(const Request& request) {
+void EngineQueue::commit_range(const Request& request, format::KeyKind kind) {
   keys_.clear();
   format::Key key;
   key.sector = request.sector;
   key.sectors = request.sectors;
-  key.kind = format::KeyKind::Zero;
+  key.kind = kind;
   keys_.push_back(key);
   commit(keys_);
+}
+
+int EngineQueue::write_zeroes(const Request& request) {
+  commit_range(request, format::KeyKind::Zero);
   QueueCounters::bump(counters_.write_zeroes);
   return 0;
 }
 
 void EngineQueue::discard(const Request& request, RequestCompletion* completion) {
-  keys_.clear();
-  format::Key key;
-  key.sector = request.sector;
-  key.sectors = request.sectors;
-  key.kind = format::KeyKind::Discard;
-  keys_.push_back(key);
-  commit(keys_);
+  commit_range(request, format::KeyKind::Discard);
   QueueCounters::bump(counters_.discards);
   engine_.backing_->discard(ring_, request.sector * kSectorSize, uint64_t{request.sectors} * kSectorSize,
                             new DiscardForward(completion));

@@ -41,6 +41,8 @@ class EngineQueue final : public CacheQueue {
   // Journals keys (sequence numbers assigned here), makes them durable, applies them to the index
   // and publishes them to writeback.
   void commit(std::vector<format::Key>& keys);
+  // A key for the whole request's range, without data (write-zeroes, discard).
+  void commit_range(const Request& request, format::KeyKind kind);
 
   // Room for up to `sectors` in the open data segment, opening a new one when it is full
   // (waiting for GC when `wait`). The new segment's header is written but not drained.

@@ -13,10 +13,7 @@ namespace {
 constexpr size_t kCrcOffset = 4;
 
 uint32_t checksum(std::span<const std::byte, kControlSize> bytes, uint32_t salt) {
-  std::array<std::byte, kControlSize> copy;
-  std::copy(bytes.begin(), bytes.end(), copy.begin());
-  store_le<uint32_t>(copy.data() + kCrcOffset, 0);
-  return crc32c(salt, copy.data(), copy.size());
+  return crc32c_skipping_field(salt, bytes.data(), bytes.size(), kCrcOffset);
 }
 
 }  // namespace

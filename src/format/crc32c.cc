@@ -57,4 +57,11 @@ uint32_t crc32c(uint32_t crc, const void* data, size_t len) {
   return ~crc;
 }
 
+uint32_t crc32c_skipping_field(uint32_t seed, const std::byte* data, size_t len, size_t crc_offset) {
+  static constexpr unsigned char kZeros[4] = {};
+  uint32_t crc = crc32c(seed, data, crc_offset);
+  crc = crc32c(crc, kZeros, sizeof kZeros);
+  return crc32c(crc, data + crc_offset + sizeof kZeros, len - crc_offset - sizeof kZeros);
+}
+
 }  // namespace pcached::format

@@ -13,13 +13,9 @@ namespace {
 
 constexpr size_t kCrcOffset = 4;
 
-// The CRC covers the header with its crc field taken as zero, then the keys.
+// The CRC covers the header (its crc field taken as zero) and the keys.
 uint32_t checksum(std::span<const std::byte> record, size_t keys, uint32_t salt) {
-  std::array<std::byte, kKeySetHeaderSize> header;
-  std::copy_n(record.begin(), kKeySetHeaderSize, header.begin());
-  store_le<uint32_t>(header.data() + kCrcOffset, 0);
-  const uint32_t crc = crc32c(salt, header.data(), header.size());
-  return crc32c(crc, record.data() + kKeySetHeaderSize, keys * kKeySize);
+  return crc32c_skipping_field(salt, record.data(), kKeySetHeaderSize + keys * kKeySize, kCrcOffset);
 }
 
 void write_header(std::span<std::byte> out, const KeySetHeader& header) {

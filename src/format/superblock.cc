@@ -15,10 +15,7 @@ namespace {
 constexpr size_t kCrcOffset = 16;  // after magic (8), version (4), size (4)
 
 uint32_t checksum(std::span<const std::byte, kSuperblockSize> bytes) {
-  std::array<std::byte, kSuperblockSize> copy;
-  std::copy(bytes.begin(), bytes.end(), copy.begin());
-  store_le<uint32_t>(copy.data() + kCrcOffset, 0);
-  return crc32c(0, copy.data(), copy.size());
+  return crc32c_skipping_field(0, bytes.data(), bytes.size(), kCrcOffset);
 }
 
 Status invalid(const std::string& what) { return Status::error(EINVAL, "superblock: " + what); }
