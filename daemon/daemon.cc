@@ -253,6 +253,16 @@ Result<nlohmann::json> Daemon::status(const nlohmann::json& args) const {
   return describe(*found.value(), true);
 }
 
+std::vector<metrics::CacheSample> Daemon::samples() const {
+  std::lock_guard lock(mutex_);
+  std::vector<metrics::CacheSample> out;
+  for (const auto& [name, managed] : caches_) {
+    if (!managed->cache) continue;
+    out.push_back({name, managed->device ? managed->device->block_device() : "", managed->cache->stats()});
+  }
+  return out;
+}
+
 void Daemon::remove_all() {
   std::lock_guard lock(mutex_);
   std::vector<std::string> names;

@@ -11,6 +11,7 @@
 
 #include "control/protocol.h"
 #include "daemon/cache_config.h"
+#include "metrics/cache_collector.h"
 #include "pcached/cache.h"
 #include "ublk/control_device.h"
 #include "ublk/ublk_device.h"
@@ -29,6 +30,8 @@ class Daemon {
 
   // Handles one control request; never throws.
   std::string handle(const std::string& request_text);
+  // Each cache's statistics, for the metrics endpoint.
+  std::vector<metrics::CacheSample> samples() const;
   // Removes every device, writing back dirty data (used with --remove-on-exit).
   void remove_all();
 

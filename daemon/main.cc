@@ -17,6 +17,9 @@
 #include "control/protocol.h"
 #include "daemon/control_server.h"
 #include "daemon/daemon.h"
+#include "metrics/cache_collector.h"
+
+#include <prometheus/exposer.h>
 
 using namespace pcached;
 
@@ -95,7 +98,19 @@ int main(int argc, char** argv) {
     spdlog::error("{}", server.status().message());
     return 1;
   }
-  spdlog::info("pcachedd ready (metrics on {} come with the metrics endpoint)", metrics_address);
+  // Prometheus pull endpoint (loopback by default); empty address: none.
+  std::unique_ptr<prometheus::Exposer> exposer;
+  auto collector = std::make_shared<metrics::CacheCollector>([&] { return daemon.value()->samples(); });
+  if (!metrics_address.empty()) {
+    try {
+      exposer = std::make_unique<prometheus::Exposer>(metrics_address);
+      exposer->RegisterCollectable(collector);
+    } catch (const std::exception& error) {
+      spdlog::error("cannot serve metrics on {}: {}", metrics_address, error.what());
+      return 1;
+    }
+  }
+  spdlog::info("pcachedd ready; metrics on http://{}/metrics", metrics_address);
   sd_notify(0, "READY=1\nSTATUS=serving caches");
 
   // The main loop: wait for a signal, pinging systemd's watchdog at half its interval.

@@ -1,0 +1,112 @@
+#include "metrics/cache_collector.h"
+
+#include <prometheus/text_serializer.h>
+
+#include <sstream>
+
+namespace pcached::metrics {
+
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+// Builds one family at a time: a value per cache, with the cache's labels and any extra ones.
+class FamilyBuilder {
+ public:
+  FamilyBuilder(std::vector<MetricFamily>& out, std::string name, std::string help, MetricType type)
+      : family_(out.emplace_back(MetricFamily{std::move(name), std::move(help), type, {}})) {}
+
+  void add(const CacheSample& cache, double value, std::vector<ClientMetric::Label> extra = {}) {
+    ClientMetric metric;
+    metric.label = {{"cache", cache.name}, {"device", cache.device}};
+    metric.label.insert(metric.label.end(), extra.begin(), extra.end());
+    if (family_.type == MetricType::Counter) {
+      metric.counter.value = value;
+    } else {
+      metric.gauge.value = value;
+    }
+    family_.metric.push_back(std::move(metric));
+  }
+
+ private:
+  MetricFamily& family_;
+};
+
+}  // namespace
+
+std::vector<MetricFamily> cache_families(const std::vector<CacheSample>& caches) {
+  std::vector<MetricFamily> out;
+  out.reserve(32);
+  auto counter = [&](const char* name, const char* help, auto value) {
+    FamilyBuilder family(out, name, help, MetricType::Counter);
+    for (const CacheSample& c : caches) family.add(c, static_cast<double>(value(c.stats)));
+  };
+  auto gauge = [&](const char* name, const char* help, auto value) {
+    FamilyBuilder family(out, name, help, MetricType::Gauge);
+    for (const CacheSample& c : caches) family.add(c, static_cast<double>(value(c.stats)));
+  };
+  using S = cache::CacheStats;
+
+  {
+    FamilyBuilder reads(out, "pcached_read_requests_total", "Read requests by result: hit, partial (hit), miss.",
+                        MetricType::Counter);
+    for (const CacheSample& c : caches) {
+      reads.add(c, static_cast<double>(c.stats.read_hits), {{"result", "hit"}});
+      reads.add(c, static_cast<double>(c.stats.read_partial_hits), {{"result", "partial"}});
+      reads.add(c, static_cast<double>(c.stats.read_misses), {{"result", "miss"}});
+    }
+  }
+  counter("pcached_read_bytes_total", "Bytes read through the cache device.", [](const S& s) { return s.read_bytes; });
+  counter("pcached_write_requests_total", "Write requests.", [](const S& s) { return s.writes; });
+  counter("pcached_write_bytes_total", "Bytes written through the cache device.", [](const S& s) { return s.write_bytes; });
+  counter("pcached_discard_requests_total", "Discard requests.", [](const S& s) { return s.discards; });
+  counter("pcached_write_zeroes_requests_total", "Write-zeroes requests.", [](const S& s) { return s.write_zeroes; });
+  counter("pcached_flush_requests_total", "Flush requests.", [](const S& s) { return s.flushes; });
+  counter("pcached_fill_bytes_total", "Bytes put in the cache after read misses.", [](const S& s) { return s.fill_bytes; });
+  gauge("pcached_capacity_bytes", "Data capacity of the pmem region.", [](const S& s) { return s.capacity_bytes; });
+  gauge("pcached_device_size_bytes", "Size of the cached device (the backing device).",
+        [](const S& s) { return s.device_bytes; });
+  gauge("pcached_cached_bytes", "Bytes of the device held in the cache.", [](const S& s) { return s.cached_bytes; });
+  gauge("pcached_dirty_bytes", "Cached bytes not yet written back.", [](const S& s) { return s.dirty_bytes; });
+  {
+    FamilyBuilder segments(out, "pcached_segments", "Segments of the pmem region by state.", MetricType::Gauge);
+    for (const CacheSample& c : caches) {
+      segments.add(c, c.stats.segments_free, {{"state", "free"}});
+      segments.add(c, c.stats.segments_data, {{"state", "data"}});
+      segments.add(c, c.stats.segments_journal, {{"state", "journal"}});
+    }
+  }
+  counter("pcached_writeback_bytes_total", "Bytes written back to the backing device.",
+          [](const S& s) { return s.writeback_bytes; });
+  counter("pcached_writeback_errors_total", "Failed writeback attempts (retried).",
+          [](const S& s) { return s.writeback_errors; });
+  gauge("pcached_writeback_stalled", "1 while writeback keeps failing and retries with backoff.",
+        [](const S& s) { return s.writeback_stalled ? 1 : 0; });
+  counter("pcached_gc_runs_total", "Segment garbage collection runs.", [](const S& s) { return s.gc_runs; });
+  counter("pcached_gc_reclaimed_segments_total", "Segments reclaimed by GC.", [](const S& s) { return s.segments_reclaimed; });
+  counter("pcached_writer_waits_total", "Writes that waited for a free segment.", [](const S& s) { return s.writer_waits; });
+  counter("pcached_backing_read_errors_total", "Failed reads from the backing device.",
+          [](const S& s) { return s.backing_read_errors; });
+  counter("pcached_media_errors_total", "Reads that hit a pmem media error.", [](const S& s) { return s.media_errors; });
+  gauge("pcached_recovery_duration_seconds", "How long the last attach (recovery) took.",
+        [](const S& s) { return s.recovery_seconds; });
+  gauge("pcached_index_bytes", "DRAM held by the extent index.", [](const S& s) { return s.index_bytes; });
+  gauge("pcached_index_extents", "Extents in the index.", [](const S& s) { return s.extents; });
+
+  MetricFamily& build = out.emplace_back(MetricFamily{"pcached_build_info", "pcached build.", MetricType::Gauge, {}});
+  ClientMetric info;
+  info.label = {{"version", PCACHED_VERSION}};
+  info.gauge.value = 1;
+  build.metric.push_back(info);
+  return out;
+}
+
+std::string exposition(const std::vector<MetricFamily>& families) {
+  std::ostringstream text;
+  prometheus::TextSerializer().Serialize(text, families);
+  return text.str();
+}
+
+}  // namespace pcached::metrics

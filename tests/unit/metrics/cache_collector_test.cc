@@ -1,0 +1,35 @@
+#include <catch2/catch.hpp>
+
+#include "metrics/cache_collector.h"
+
+using namespace pcached;
+using namespace pcached::metrics;
+
+TEST_CASE("cache statistics become labelled Prometheus metrics", "[metrics]") {
+  CacheSample sample;
+  sample.name = "db";
+  sample.device = "/dev/ublkb0";
+  sample.stats.read_hits = 5;
+  sample.stats.read_misses = 2;
+  sample.stats.write_bytes = 8192;
+  sample.stats.dirty_bytes = 4096;
+  sample.stats.segments_free = 7;
+  sample.stats.writeback_stalled = true;
+  const std::string text = exposition(cache_families({sample}));
+  INFO(text);
+  CHECK(text.find(R"(pcached_read_requests_total{cache="db",device="/dev/ublkb0",result="hit"} 5)") != std::string::npos);
+  CHECK(text.find(R"(pcached_read_requests_total{cache="db",device="/dev/ublkb0",result="miss"} 2)") != std::string::npos);
+  CHECK(text.find(R"(pcached_write_bytes_total{cache="db",device="/dev/ublkb0"} 8192)") != std::string::npos);
+  CHECK(text.find(R"(pcached_dirty_bytes{cache="db",device="/dev/ublkb0"} 4096)") != std::string::npos);
+  CHECK(text.find(R"(pcached_segments{cache="db",device="/dev/ublkb0",state="free"} 7)") != std::string::npos);
+  CHECK(text.find(R"(pcached_writeback_stalled{cache="db",device="/dev/ublkb0"} 1)") != std::string::npos);
+  CHECK(text.find("# TYPE pcached_write_requests_total counter") != std::string::npos);
+  CHECK(text.find("# TYPE pcached_dirty_bytes gauge") != std::string::npos);
+  CHECK(text.find("pcached_build_info{version=") != std::string::npos);
+}
+
+TEST_CASE("no caches: the families are still there, empty", "[metrics]") {
+  const auto families = cache_families({});
+  CHECK(families.size() > 20);
+  CHECK(exposition(families).find("# TYPE pcached_read_requests_total counter") != std::string::npos);
+}
