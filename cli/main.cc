@@ -2,10 +2,12 @@
 //   exit status 0: done; 1: the daemon refused or failed; 2: bad usage; 3: daemon unreachable.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "control/protocol.h"
 #include "pcached/copy_policy.h"
+#include "pcached/pmem_discovery.h"
 #include "pcached/units.h"
 
 using namespace pcached;
@@ -63,6 +65,51 @@ void print_status(const json& s) {
   }
 }
 
+// pmem list reads libndctl itself (it works without the daemon) and asks the daemon, when it
+// answers, which devices its caches use.
+int list_pmem(const std::string& socket_path, bool as_json) {
+  auto regions = pmem::discover_pmem();
+  if (!regions.ok()) {
+    std::fprintf(stderr, "pcached: %s\n", regions.status().message().c_str());
+    return kFailed;
+  }
+  std::map<std::string, std::string> users;  // device -> cache name
+  if (auto caches = control::call(socket_path, {"list", json::object()}); caches.ok()) {
+    for (const json& cache : caches.value()["caches"]) users[text(cache, "region")] = text(cache, "name");
+  }
+  json doc = json::array();
+  for (const pmem::RegionInfo& region : regions.value()) {
+    json namespaces = json::array();
+    for (const pmem::NamespaceInfo& ns : region.namespaces) {
+      const auto user = users.find(ns.device);
+      namespaces.push_back({{"name", ns.name}, {"mode", ns.mode}, {"device", ns.device}, {"size", ns.size},
+                            {"align", ns.align}, {"numa_node", ns.numa_node},
+                            {"used_by", user == users.end() ? json(nullptr) : json(user->second)}});
+    }
+    doc.push_back({{"name", region.name}, {"bus", region.bus}, {"size", region.size}, {"available", region.available},
+                   {"numa_node", region.numa_node}, {"persistence_domain", region.persistence_domain},
+                   {"namespaces", namespaces}});
+  }
+  if (as_json) {
+    std::printf("%s\n", json{{"regions", doc}}.dump(2).c_str());
+    return 0;
+  }
+  if (doc.empty()) std::printf("no persistent memory regions found\n");
+  for (const json& region : doc) {
+    std::printf("%s (%s): %s, %s available, numa node %d, persistence domain %s\n", text(region, "name").c_str(),
+                text(region, "bus").c_str(), format_size(region["size"].get<uint64_t>()).c_str(),
+                format_size(region["available"].get<uint64_t>()).c_str(), region["numa_node"].get<int>(),
+                text(region, "persistence_domain").c_str());
+    for (const json& ns : region["namespaces"]) {
+      std::printf("  %-14s %-7s %-14s %10s  align %-8s %s\n", text(ns, "name").c_str(), text(ns, "mode").c_str(),
+                  text(ns, "device").c_str(), format_size(ns["size"].get<uint64_t>()).c_str(),
+                  format_size(ns["align"].get<uint64_t>()).c_str(),
+                  ns["used_by"].is_string() ? ("used by pcached cache " + ns["used_by"].get<std::string>()).c_str() : "");
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -96,6 +143,20 @@ int main(int argc, char** argv) {
   remove->add_flag("--no-flush", no_flush, "leave dirty data on pmem for a later attach");
   remove->add_flag("--force", force, "same as --no-flush");
 
+  std::string key, value;
+  CLI::App* set = app.add_subcommand("set", "change a setting of a running cache");
+  set->add_option("target", name, "cache name or /dev/ublkbN")->required();
+  set->add_option("key", key, "gc_threshold, read_miss_fill or copy_policy")
+      ->required()
+      ->check(CLI::IsMember({"gc_threshold", "read_miss_fill", "copy_policy"}));
+  set->add_option("value", value, "the new value")->required();
+  CLI::App* flush = app.add_subcommand("flush", "write every dirty byte back now");
+  flush->add_option("target", name, "cache name or /dev/ublkbN")->required();
+
+  CLI::App* pmem_command = app.add_subcommand("pmem", "persistent memory on this machine");
+  pmem_command->require_subcommand(1);
+  CLI::App* pmem_list = pmem_command->add_subcommand("list", "regions and namespaces (libndctl), and which pcached uses");
+
   app.add_subcommand("list", "list caches");
   CLI::App* status = app.add_subcommand("status", "show a cache in detail");
   status->add_option("target", name, "cache name or /dev/ublkbN")->required();
@@ -106,6 +167,8 @@ int main(int argc, char** argv) {
     const int code = app.exit(error);
     return code == 0 ? 0 : kUsage;
   }
+
+  if (pmem_list->parsed()) return list_pmem(socket_path, as_json);
 
   if (add->parsed()) {
     request.command = "add";
@@ -128,6 +191,12 @@ int main(int argc, char** argv) {
   } else if (remove->parsed()) {
     request.command = "remove";
     request.args = {{"name", name}, {"no_flush", no_flush || force}};
+  } else if (set->parsed()) {
+    request.command = "set";
+    request.args = {{"name", name}, {"key", key}, {"value", value}};
+  } else if (flush->parsed()) {
+    request.command = "flush";
+    request.args = {{"name", name}};
   } else if (status->parsed()) {
     request.command = "status";
     request.args = {{"name", name}};
@@ -151,6 +220,12 @@ int main(int argc, char** argv) {
     std::printf("%s\n", text(result.value(), "device").c_str());
   } else if (request.command == "remove") {
     std::printf("removed %s (%s)\n", text(result.value(), "name").c_str(), text(result.value(), "device").c_str());
+  } else if (request.command == "set") {
+    std::printf("%s: %s = %s\n", text(result.value(), "name").c_str(), text(result.value(), "key").c_str(),
+                text(result.value(), "value").c_str());
+  } else if (request.command == "flush") {
+    std::printf("%s: %s written back, %s dirty\n", text(result.value(), "name").c_str(),
+                bytes(result.value(), "written_back_bytes").c_str(), bytes(result.value(), "dirty_bytes").c_str());
   } else if (request.command == "list") {
     print_list(result.value());
   } else {

@@ -115,8 +115,12 @@ std::string Daemon::handle(const std::string& request_text) {
     result = list();
   } else if (command == "status") {
     result = status(request->args);
+  } else if (command == "set") {
+    result = set(request->args);
+  } else if (command == "flush") {
+    result = flush(request->args);
   } else {
-    result = Status::error(EINVAL, "unknown command '" + command + "' (known: add, remove, list, status)");
+    result = Status::error(EINVAL, "unknown command '" + command + "' (known: add, remove, list, status, set, flush)");
   }
   return result.ok() ? control::encode_success(result.value()) : control::encode_failure(result.status());
 }
@@ -261,6 +265,40 @@ std::vector<metrics::CacheSample> Daemon::samples() const {
     out.push_back({name, managed->device ? managed->device->block_device() : "", managed->cache->stats()});
   }
   return out;
+}
+
+Result<nlohmann::json> Daemon::set(const nlohmann::json& args) {
+  auto target = control::string_arg(args, "name", true);
+  auto key = control::string_arg(args, "key", true);
+  auto value = control::string_arg(args, "value", true);
+  for (const Status* status : {&target.status(), &key.status(), &value.status()}) {
+    if (!status->ok()) return *status;
+  }
+  auto found = find(target.value());
+  if (!found.ok()) return found.status();
+  Managed& managed = *found.value();
+  if (!managed.cache) return Status::error(EIO, "cache '" + managed.config.name + "' is not running");
+  if (Status status = managed.cache->set(key.value(), value.value()); !status.ok()) return status;
+  // Remembered, so that a restart keeps the setting.
+  managed.config.gc_threshold = managed.cache->gc_threshold();
+  managed.config.read_miss_fill = managed.cache->read_miss_fill();
+  if (key.value() == "copy_policy") managed.config.copy_policy = value.value();
+  if (Status status = save(); !status.ok()) spdlog::error("{}", status.message());
+  return nlohmann::json{{"name", managed.config.name}, {"key", key.value()}, {"value", value.value()}};
+}
+
+Result<nlohmann::json> Daemon::flush(const nlohmann::json& args) {
+  auto target = control::string_arg(args, "name", true);
+  if (!target.ok()) return target.status();
+  auto found = find(target.value());
+  if (!found.ok()) return found.status();
+  Managed& managed = *found.value();
+  if (!managed.cache) return Status::error(EIO, "cache '" + managed.config.name + "' is not running");
+  const uint64_t before = managed.cache->stats().writeback_bytes;
+  if (Status status = managed.cache->flush_all(); !status.ok()) return status;
+  const cache::CacheStats after = managed.cache->stats();
+  return nlohmann::json{{"name", managed.config.name}, {"written_back_bytes", after.writeback_bytes - before},
+                        {"dirty_bytes", after.dirty_bytes}};
 }
 
 void Daemon::remove_all() {

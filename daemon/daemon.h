@@ -48,6 +48,8 @@ class Daemon {
   Result<nlohmann::json> remove(const nlohmann::json& args);
   Result<nlohmann::json> list() const;
   Result<nlohmann::json> status(const nlohmann::json& args) const;
+  Result<nlohmann::json> set(const nlohmann::json& args);
+  Result<nlohmann::json> flush(const nlohmann::json& args);
   Result<Managed*> find(const std::string& name_or_device) const;
   Status open_cache(Managed& managed, bool format, bool force) const;
   Status save() const;

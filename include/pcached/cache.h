@@ -123,6 +123,11 @@ class Cache {
   virtual uint64_t device_sectors() const = 0;
   virtual uint32_t logical_block_size() const = 0;
   virtual std::string copy_policy_description() const = 0;
+  // Runtime tuning: gc_threshold (0-90, percent), read_miss_fill (on|off), copy_policy (auto, nt,
+  // clflushopt, clwb, threshold:<size>; auto recalibrates). Refused with the reason otherwise.
+  virtual Status set(const std::string& key, const std::string& value) = 0;
+  virtual unsigned gc_threshold() const = 0;
+  virtual bool read_miss_fill() const = 0;
   // Makes the backing device fail on purpose: tests and fault drills.
   virtual backing::FaultInjection& backing_faults() = 0;
 };

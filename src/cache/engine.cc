@@ -152,7 +152,9 @@ Engine::Engine(const CacheOptions& options, std::unique_ptr<pmem::Region> region
       backing_(std::move(backing)),
       policy_(std::move(policy)),
       superblock_(superblock),
-      segments_(std::make_unique<SegmentTable>(superblock.segment_count)) {}
+      segments_(std::make_unique<SegmentTable>(superblock.segment_count)),
+      gc_threshold_(options.gc_threshold_percent),
+      read_miss_fill_(options.read_miss_fill) {}
 
 Engine::~Engine() { stop_background(); }
 
@@ -369,6 +371,41 @@ std::string Engine::copy_policy_description() const {
     text += " " + format_size(pmem::size_class_bytes(i)) + "=" + std::string(pmem::to_string(table[i]));
   }
   return text;
+}
+
+Status Engine::set(const std::string& key, const std::string& value) {
+  const std::string where = "cache on " + options_.region_path + ": " + key;
+  if (key == "gc_threshold") {
+    char* end = nullptr;
+    const unsigned long percent = std::strtoul(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0' || percent > 90) {
+      return Status::error(EINVAL, where + ": '" + value + "' is not a percentage from 0 to 90");
+    }
+    gc_threshold_.store(static_cast<unsigned>(percent));
+    writeback_->kick();
+    return Status();
+  }
+  if (key == "read_miss_fill") {
+    if (value != "on" && value != "off" && value != "true" && value != "false") {
+      return Status::error(EINVAL, where + ": '" + value + "' is not on or off");
+    }
+    read_miss_fill_.store(value == "on" || value == "true");
+    return Status();
+  }
+  if (key == "copy_policy") {
+    auto spec = pmem::parse_policy_spec(value);
+    if (!spec.ok()) return spec.status().with_context(where);
+    pmem::CopyPolicySettings settings = options_.copy_policy;
+    settings.spec = spec.value();
+    settings.scratch_offset = format::kScratchOffset;
+    settings.scratch_length = format::kScratchLength;
+    settings.saved_table_path.clear();  // an explicit "auto" measures again
+    auto fresh = pmem::make_copy_policy(*region_, settings);
+    if (!fresh.ok()) return fresh.status().with_context(where);
+    policy_->replace(fresh.value()->table(), fresh.value()->origin());
+    return Status();
+  }
+  return Status::error(EINVAL, "unknown setting '" + key + "' (known: gc_threshold, read_miss_fill, copy_policy)");
 }
 
 Status Engine::flush_all() {

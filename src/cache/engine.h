@@ -50,6 +50,9 @@ class Engine final : public Cache {
   uint32_t logical_block_size() const override { return backing_->logical_block_size(); }
   std::string copy_policy_description() const override;
   backing::FaultInjection& backing_faults() override { return backing_->faults(); }
+  Status set(const std::string& key, const std::string& value) override;
+  unsigned gc_threshold() const override { return gc_threshold_.load(std::memory_order_relaxed); }
+  bool read_miss_fill() const override { return read_miss_fill_.load(std::memory_order_relaxed); }
 
   // The lowest sequence number any key not yet written back has, or can still get: everything
   // below it is clean once the backing device has been flushed.
@@ -72,6 +75,8 @@ class Engine final : public Cache {
   std::array<JournalState, format::kMaxJournals> journals_;
   std::atomic<uint64_t> next_seq_{1};
   std::atomic<uint64_t> clean_horizon_{1};  // as persisted in the control area
+  std::atomic<unsigned> gc_threshold_{70};    // tunable at run time
+  std::atomic<bool> read_miss_fill_{true};
   std::unique_ptr<Writeback> writeback_;
   double recovery_seconds_ = 0;
   uint64_t recovered_keys_ = 0;

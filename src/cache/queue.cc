@@ -51,7 +51,7 @@ class EngineQueue::ReadOperation {
       QueueCounters::bump(queue_.counters_.backing_read_errors);
       completion_->complete(-EIO);
     } else {
-      if (queue_.engine_.options_.read_miss_fill) {
+      if (queue_.engine_.read_miss_fill()) {
         for (const Gap& g : gaps_) queue_.fill(g.sector, g.sectors, destination(g.sector), g.change_count);
       }
       completion_->complete(static_cast<int>(request_.sectors * kSectorSize));

@@ -306,7 +306,7 @@ bool Writeback::gc_needed() const {
   const SegmentTable& segments = *engine_.segments_;
   const uint64_t total = segments.count();
   const uint64_t used = total - segments.free_count();
-  return segments.waiters() > 0 || used * 100 > total * engine_.options_.gc_threshold_percent;
+  return segments.waiters() > 0 || used * 100 > total * engine_.gc_threshold();
 }
 
 void Writeback::collect_garbage() {
@@ -314,7 +314,7 @@ void Writeback::collect_garbage() {
   SegmentTable& segments = *engine_.segments_;
   const uint64_t total = segments.count();
   const uint64_t used = total - segments.free_count();
-  const uint64_t allowed = total * engine_.options_.gc_threshold_percent / 100;
+  const uint64_t allowed = total * engine_.gc_threshold() / 100;
   const size_t wanted = std::clamp<size_t>(used > allowed ? used - allowed : 1, 1, kMaxSegmentsPerGc);
   const std::vector<uint32_t> victims = segments.reclaimable_data(engine_.clean_horizon_.load(), wanted);
   if (victims.empty()) return;

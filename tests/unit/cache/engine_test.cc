@@ -248,3 +248,40 @@ TEST_CASE("an abandoned cache (a crash) reopens with every acknowledged write", 
   REQUIRE(random_workload(*queue, model, 0, kBackingSectors, seed + 7, 500, 5'000'000) == "");
   check_everything(*queue, model, 0, kBackingSectors);
 }
+
+TEST_CASE("settings change at run time and bad values are refused", "[cache][engine][settings]") {
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  auto cache = open_cache(files.options(true));
+  auto queue = make_queue(*cache);
+  REQUIRE(cache->set("read_miss_fill", "off").ok());
+  CHECK_FALSE(cache->read_miss_fill());
+  std::vector<std::byte> buffer(8 * kSector);
+  REQUIRE(queue->read(0, 8, buffer.data()) == 8 * 512);
+  CHECK(cache->stats().fills == 0);
+  REQUIRE(cache->set("read_miss_fill", "on").ok());
+  REQUIRE(queue->read(0, 8, buffer.data()) == 8 * 512);
+  CHECK(cache->stats().fills == 1);
+
+  REQUIRE(cache->set("gc_threshold", "40").ok());
+  CHECK(cache->gc_threshold() == 40);
+  REQUIRE(cache->set("copy_policy", "clwb").ok());
+  CHECK(cache->copy_policy_description().rfind("fixed clwb:", 0) == 0);
+  const auto data = pattern(3, 64, 8);
+  REQUIRE(queue->write(64, 8, data.data()) == 8 * 512);  // writes go on under the new policy
+
+  struct Bad {
+    const char* key;
+    const char* value;
+    const char* reason;
+  };
+  for (const Bad& bad : {Bad{"gc_threshold", "91", "not a percentage from 0 to 90"},
+                         Bad{"gc_threshold", "-1", "not a percentage"}, Bad{"gc_threshold", "", "not a percentage"},
+                         Bad{"read_miss_fill", "maybe", "is not on or off"},
+                         Bad{"copy_policy", "warp", "invalid copy policy"}, Bad{"colour", "blue", "unknown setting"}}) {
+    INFO(bad.key << "=" << bad.value);
+    const Status status = cache->set(bad.key, bad.value);
+    REQUIRE_FALSE(status.ok());
+    CHECK(status.message().find(bad.reason) != std::string::npos);
+  }
+  CHECK(cache->gc_threshold() == 40);
+}

@@ -1,0 +1,42 @@
+# pcached CLI flows on a real /dev/ublkbN: pmem list against the emulated NVDIMM, add, list,
+# status, set, flush, remove, and the exit codes of usage errors, failures and an absent daemon.
+. /guest_lib.sh
+trap show_daemon_log EXIT
+expect_exit() {  # status, then the command
+  want=$1; shift
+  set +e; "$@" >/tmp/out 2>&1; got=$?; set -e
+  [ "$got" -eq "$want" ] || { echo "expected exit $want, got $got: $*"; cat /tmp/out; exit 1; }
+}
+expect_exit 3 pcached list
+make_devdax 256M
+pcached pmem list | tee /tmp/pmem
+grep -q "^region0 (.*persistence domain" /tmp/pmem
+grep -q "devdax  /dev/dax0.0" /tmp/pmem
+start_daemon
+expect_exit 2 pcached add --cache /dev/dax0.0
+expect_exit 2 pcached add --cache /dev/dax0.0 --backing /dev/vda --depth 0
+expect_exit 2 pcached add --cache /dev/dax0.0 --backing /dev/vda --copy-policy warp
+expect_exit 1 pcached add --cache /dev/dax0.0 --backing /dev/vda
+grep -q "is blank" /tmp/out
+dev=$(pcached add --cache /dev/dax0.0 --backing /dev/vda --format --name web --queues 1 --depth 64)
+test "$dev" = /dev/ublkb0
+pcached pmem list | grep -q "used by pcached cache web"
+pcached --json list | grep -q '"device": "/dev/ublkb0"'
+expect_exit 1 pcached add --cache /dev/dax0.0 --backing /dev/vda --format --name again
+grep -q "already uses" /tmp/out
+dd if=/dev/urandom of="$dev" bs=64k count=64 oflag=direct 2>/dev/null || dd if=/dev/urandom of="$dev" bs=64k count=64 conv=fsync 2>/dev/null
+pcached status web | grep -q "queues      1 x depth 64"
+pcached set web gc_threshold 50
+pcached --json status web | grep -q '"threshold_percent": 50'
+expect_exit 1 pcached set web gc_threshold 95
+grep -q "not a percentage from 0 to 90" /tmp/out
+expect_exit 2 pcached set web colour blue
+pcached set web copy_policy nt
+pcached status web | grep -q "copy policy fixed nt"
+pcached flush web | grep -q "0 B dirty"
+expect_exit 1 pcached status nosuch
+expect_exit 1 pcached remove nosuch
+pcached remove /dev/ublkb0
+test ! -e /dev/ublkb0
+pcached --json list | grep -q '"caches": \[\]'
+echo "CLI flows passed"
