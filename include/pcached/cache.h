@@ -8,6 +8,7 @@
 // backing device and the backing device was flushed.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -69,6 +70,18 @@ class RequestCompletion {
   ~RequestCompletion() = default;
 };
 
+// Request latency by operation, exponential buckets from 1 µs to about 1 s (upper bounds
+// kLatencyBucketBase * 2^i seconds), plus everything slower.
+inline constexpr size_t kLatencyBuckets = 21;
+inline constexpr double kLatencyBucketBase = 1e-6;
+inline constexpr size_t kOpCount = 5;  // indexed by Op
+
+struct LatencySnapshot {
+  std::array<uint64_t, kLatencyBuckets + 1> counts{};  // per bucket, not cumulative; last: slower
+  uint64_t count = 0;
+  double sum_seconds = 0;
+};
+
 struct CacheStats {
   uint64_t capacity_bytes = 0;  // the data area of the region
   uint64_t device_bytes = 0;    // the backing device: the size of the cached block device
@@ -89,6 +102,11 @@ struct CacheStats {
   double recovery_seconds = 0;
   uint64_t recovered_keys = 0;
   bool writeback_stalled = false;  // the last writeback attempt failed; retrying with backoff
+
+  std::array<LatencySnapshot, kOpCount> latency{};
+  // Copies into pmem by method (pmem::CopyMethod) and size class (pmem::size_class_bytes).
+  std::array<std::array<uint64_t, 12>, 3> copies{};
+  std::array<std::array<uint64_t, 12>, 3> copy_bytes{};
 };
 
 class Cache;

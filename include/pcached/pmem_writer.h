@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -29,10 +30,17 @@ class PersistObserver {
   virtual void on_fence() = 0;
 };
 
+// Written only by the writer's thread (relaxed stores, no read-modify-write), read by anyone
+// (metrics): counting costs the copy path nothing but two stores.
 struct CopyCounters {
-  std::array<std::array<uint64_t, kSizeClassCount>, kCopyMethodCount> copies{};
-  std::array<std::array<uint64_t, kSizeClassCount>, kCopyMethodCount> bytes{};
-  uint64_t fences = 0;
+  using Counter = std::atomic<uint64_t>;
+  std::array<std::array<Counter, kSizeClassCount>, kCopyMethodCount> copies{};
+  std::array<std::array<Counter, kSizeClassCount>, kCopyMethodCount> bytes{};
+  Counter fences{0};
+
+  static void add(Counter& counter, uint64_t by) {
+    counter.store(counter.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+  }
 };
 
 class PmemWriter {

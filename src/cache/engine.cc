@@ -120,6 +120,25 @@ Status check_backing(const CacheOptions& options, const Superblock& sb, const ba
 
 }  // namespace
 
+void LatencyHistogram::record(std::chrono::nanoseconds elapsed) {
+  const double seconds = std::chrono::duration<double>(elapsed).count();
+  size_t bucket = 0;
+  double bound = kLatencyBucketBase;
+  while (bucket < kLatencyBuckets && seconds > bound) {
+    ++bucket;
+    bound *= 2;
+  }
+  QueueCounters::bump(counts[bucket]);
+  QueueCounters::bump(count);
+  QueueCounters::bump(sum_ns, static_cast<uint64_t>(elapsed.count()));
+}
+
+void LatencyHistogram::add_to(LatencySnapshot& snapshot) const {
+  for (size_t i = 0; i < counts.size(); ++i) snapshot.counts[i] += counts[i].load(std::memory_order_relaxed);
+  snapshot.count += count.load(std::memory_order_relaxed);
+  snapshot.sum_seconds += static_cast<double>(sum_ns.load(std::memory_order_relaxed)) * 1e-9;
+}
+
 void QueueCounters::add_to(CacheStats& s) const {
   auto get = [](const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); };
   s.reads += get(reads);
@@ -136,6 +155,15 @@ void QueueCounters::add_to(CacheStats& s) const {
   s.fill_bytes += get(fill_bytes);
   s.backing_read_errors += get(backing_read_errors);
   s.media_errors += get(media_errors);
+  for (size_t op = 0; op < kOpCount; ++op) latency[op].add_to(s.latency[op]);
+  if (copies != nullptr) {
+    for (size_t m = 0; m < s.copies.size(); ++m) {
+      for (size_t c = 0; c < s.copies[m].size(); ++c) {
+        s.copies[m][c] += get(copies->copies[m][c]);
+        s.copy_bytes[m][c] += get(copies->bytes[m][c]);
+      }
+    }
+  }
 }
 
 Result<std::unique_ptr<Cache>> Cache::open(const CacheOptions& options) {
@@ -281,23 +309,7 @@ void Engine::register_queue(QueueCounters* counters) {
 
 void Engine::unregister_queue(QueueCounters* counters) {
   std::lock_guard lock(queues_mutex_);
-  CacheStats folded;
-  counters->add_to(folded);
-  auto add = [](std::atomic<uint64_t>& c, uint64_t v) { c.fetch_add(v, std::memory_order_relaxed); };
-  add(retired_.reads, folded.reads);
-  add(retired_.read_hits, folded.read_hits);
-  add(retired_.read_partial_hits, folded.read_partial_hits);
-  add(retired_.read_misses, folded.read_misses);
-  add(retired_.read_bytes, folded.read_bytes);
-  add(retired_.writes, folded.writes);
-  add(retired_.write_bytes, folded.write_bytes);
-  add(retired_.discards, folded.discards);
-  add(retired_.write_zeroes, folded.write_zeroes);
-  add(retired_.flushes, folded.flushes);
-  add(retired_.fills, folded.fills);
-  add(retired_.fill_bytes, folded.fill_bytes);
-  add(retired_.backing_read_errors, folded.backing_read_errors);
-  add(retired_.media_errors, folded.media_errors);
+  counters->add_to(retired_);
   std::erase(queues_, counters);
 }
 
@@ -338,6 +350,12 @@ uint64_t Engine::compute_horizon() {
 
 CacheStats Engine::stats() const {
   CacheStats s;
+  {
+    // Counters first: those of departed queues, plus each live queue's.
+    std::lock_guard lock(queues_mutex_);
+    s = retired_;
+    for (const QueueCounters* queue : queues_) queue->add_to(s);
+  }
   s.capacity_bytes = uint64_t{superblock_.segment_count} * superblock_.segment_size;
   s.device_bytes = backing_->size();
   s.logical_block_size = backing_->logical_block_size();
@@ -352,11 +370,6 @@ CacheStats Engine::stats() const {
   s.segments_data = segments_->count_of(SegmentUse::Data);
   s.segments_journal = segments_->count_of(SegmentUse::Journal);
   s.writer_waits = segments_->total_waits();
-  {
-    std::lock_guard lock(queues_mutex_);
-    retired_.add_to(s);
-    for (const QueueCounters* queue : queues_) queue->add_to(s);
-  }
   s.media_errors = std::max(s.media_errors, region_->media_errors());
   if (writeback_) writeback_->add_to(s);
   s.recovery_seconds = recovery_seconds_;

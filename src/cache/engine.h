@@ -25,10 +25,20 @@ class Writeback;
 
 // Counters of one queue: written only by its thread (relaxed stores, no contention), read by
 // stats().
+struct LatencyHistogram {
+  std::array<std::atomic<uint64_t>, kLatencyBuckets + 1> counts{};
+  std::atomic<uint64_t> count{0};
+  std::atomic<uint64_t> sum_ns{0};
+  void record(std::chrono::nanoseconds elapsed);
+  void add_to(LatencySnapshot& snapshot) const;
+};
+
 struct QueueCounters {
   std::atomic<uint64_t> reads{0}, read_hits{0}, read_partial_hits{0}, read_misses{0}, read_bytes{0};
   std::atomic<uint64_t> writes{0}, write_bytes{0}, discards{0}, write_zeroes{0}, flushes{0};
   std::atomic<uint64_t> fills{0}, fill_bytes{0}, backing_read_errors{0}, media_errors{0};
+  std::array<LatencyHistogram, kOpCount> latency;
+  const pmem::CopyCounters* copies = nullptr;  // the queue's writer
 
   static void bump(std::atomic<uint64_t>& counter, uint64_t by = 1) {
     counter.store(counter.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
@@ -92,7 +102,7 @@ class Engine final : public Cache {
 
   mutable std::mutex queues_mutex_;
   std::vector<QueueCounters*> queues_;
-  QueueCounters retired_;  // counters of queues that are gone
+  CacheStats retired_;  // counters of queues that are gone
   bool closed_ = false;
 };
 

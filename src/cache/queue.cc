@@ -27,8 +27,8 @@ class EngineQueue::ReadOperation {
     void on_completion(int result) override { operation->gap_done(*this, result); }
   };
 
-  ReadOperation(EngineQueue& queue, const Request& request, RequestCompletion* completion)
-      : queue_(queue), request_(request), completion_(completion) {}
+  ReadOperation(EngineQueue& queue, const Request& request, RequestCompletion* completion, const Timing& timing)
+      : queue_(queue), request_(request), completion_(completion), timing_(timing) {}
 
   std::vector<Gap>& gaps() { return gaps_; }
 
@@ -49,19 +49,26 @@ class EngineQueue::ReadOperation {
     if (--pending_ > 0) return;
     if (failed_) {
       QueueCounters::bump(queue_.counters_.backing_read_errors);
-      completion_->complete(-EIO);
-    } else {
-      if (queue_.engine_.read_miss_fill()) {
-        for (const Gap& g : gaps_) queue_.fill(g.sector, g.sectors, destination(g.sector), g.change_count);
-      }
-      completion_->complete(static_cast<int>(request_.sectors * kSectorSize));
+      finish(-EIO);
+      return;
     }
+    if (queue_.engine_.read_miss_fill()) {
+      for (const Gap& g : gaps_) queue_.fill(g.sector, g.sectors, destination(g.sector), g.change_count);
+    }
+    finish(static_cast<int>(request_.sectors * kSectorSize));
+  }
+
+  void finish(int result) {
+    timing_.record();
+    RequestCompletion* completion = completion_;
     delete this;
+    completion->complete(result);
   }
 
   EngineQueue& queue_;
   Request request_;
   RequestCompletion* completion_;
+  Timing timing_;
   std::vector<Gap> gaps_;
   size_t pending_ = 0;
   bool failed_ = false;
@@ -71,17 +78,20 @@ class EngineQueue::ReadOperation {
 // the range; the backing device's answer (it may not support discard) does not change the result.
 class DiscardForward final : public io::CompletionHandler {
  public:
-  explicit DiscardForward(RequestCompletion* completion) : completion_(completion) {}
+  DiscardForward(RequestCompletion* completion, const Timing& timing) : completion_(completion), timing_(timing) {}
   void on_completion(int result) override {
     if (result < 0 && result != -EOPNOTSUPP && result != -EINVAL) {
       spdlog::debug("backing discard failed: {}", std::strerror(-result));
     }
-    completion_->complete(0);
+    timing_.record();
+    RequestCompletion* completion = completion_;
     delete this;
+    completion->complete(0);
   }
 
  private:
   RequestCompletion* completion_;
+  Timing timing_;
 };
 
 EngineQueue::EngineQueue(Engine& engine, io::Ring& ring, uint32_t slot)
@@ -103,6 +113,7 @@ Status EngineQueue::start() {
     control.journals[slot_] = {head.segment, head.generation};
     control.next_seq = std::max(control.next_seq, engine_.next_seq_.load());
   });
+  counters_.copies = &writer_.counters();
   engine_.register_queue(&counters_);
   started_ = true;
   return Status();
@@ -132,32 +143,39 @@ int EngineQueue::check_range(const Request& request) const {
 }
 
 void EngineQueue::submit(const Request& request, RequestCompletion* completion) {
+  // Latency is the engine's share of the request: from here to its completion. Synchronous paths
+  // record it here; the asynchronous ones (read misses, discards) when their I/O is back.
+  const Timing timing{std::chrono::steady_clock::now(), &counters_.latency[static_cast<size_t>(request.op)]};
+  auto finish = [&](int result) {
+    timing.record();
+    completion->complete(result);
+  };
   if (request.op != Op::Flush) {
     if (int error = check_range(request); error != 0) {
-      completion->complete(error);
+      finish(error);
       return;
     }
   }
   switch (request.op) {
     case Op::Write:
-      completion->complete(write(request));
+      finish(write(request));
       return;
     case Op::WriteZeroes:
-      completion->complete(write_zeroes(request));
+      finish(write_zeroes(request));
       return;
     case Op::Read:
-      read(request, completion);
+      read(request, completion, timing);
       return;
     case Op::Discard:
-      discard(request, completion);
+      discard(request, completion, timing);
       return;
     case Op::Flush:
       // Write-back mode: every acknowledged write is already durable on pmem.
       QueueCounters::bump(counters_.flushes);
-      completion->complete(0);
+      finish(0);
       return;
   }
-  completion->complete(-EOPNOTSUPP);
+  finish(-EOPNOTSUPP);
 }
 
 uint64_t EngineQueue::location_of(const Placement& placement) const {
@@ -275,15 +293,15 @@ int EngineQueue::write_zeroes(const Request& request) {
   return 0;
 }
 
-void EngineQueue::discard(const Request& request, RequestCompletion* completion) {
+void EngineQueue::discard(const Request& request, RequestCompletion* completion, const Timing& timing) {
   commit_range(request, format::KeyKind::Discard);
   QueueCounters::bump(counters_.discards);
   engine_.backing_->discard(ring_, request.sector * kSectorSize, uint64_t{request.sectors} * kSectorSize,
-                            new DiscardForward(completion));
+                            new DiscardForward(completion, timing));
 }
 
-void EngineQueue::read(const Request& request, RequestCompletion* completion) {
-  auto* operation = new ReadOperation(*this, request, completion);
+void EngineQueue::read(const Request& request, RequestCompletion* completion, const Timing& timing) {
+  auto* operation = new ReadOperation(*this, request, completion, timing);
   const uint64_t horizon = engine_.clean_horizon_.load(std::memory_order_acquire);
   bool media_error = false;
   bool any_hit = false;
@@ -320,12 +338,14 @@ void EngineQueue::read(const Request& request, RequestCompletion* completion) {
   QueueCounters::bump(counters_.read_bytes, uint64_t{request.sectors} * kSectorSize);
   if (media_error) {
     delete operation;
+    timing.record();
     completion->complete(-EIO);
     return;
   }
   if (operation->gaps().empty()) {
     QueueCounters::bump(counters_.read_hits);
     delete operation;
+    timing.record();
     completion->complete(static_cast<int>(request.sectors * kSectorSize));
     return;
   }

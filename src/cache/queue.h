@@ -1,6 +1,7 @@
 // One queue of the engine: the write, read, discard and flush paths, run on the queue's thread.
 #pragma once
 
+#include <chrono>
 #include <vector>
 
 #include "cache/engine.h"
@@ -10,6 +11,13 @@
 #include "pcached/pmem_writer.h"
 
 namespace pcached::cache {
+
+// When a request started and where its latency is recorded.
+struct Timing {
+  std::chrono::steady_clock::time_point start;
+  LatencyHistogram* histogram;
+  void record() const { histogram->record(std::chrono::steady_clock::now() - start); }
+};
 
 class EngineQueue final : public CacheQueue {
  public:
@@ -36,8 +44,8 @@ class EngineQueue final : public CacheQueue {
   int check_range(const Request& request) const;
   int write(const Request& request);
   int write_zeroes(const Request& request);
-  void read(const Request& request, RequestCompletion* completion);
-  void discard(const Request& request, RequestCompletion* completion);
+  void read(const Request& request, RequestCompletion* completion, const Timing& timing);
+  void discard(const Request& request, RequestCompletion* completion, const Timing& timing);
   // Journals keys (sequence numbers assigned here), makes them durable, applies them to the index
   // and publishes them to writeback.
   void commit(std::vector<format::Key>& keys);

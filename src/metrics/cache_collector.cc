@@ -2,6 +2,7 @@
 
 #include <prometheus/text_serializer.h>
 
+#include <limits>
 #include <sstream>
 
 namespace pcached::metrics {
@@ -94,6 +95,45 @@ std::vector<MetricFamily> cache_families(const std::vector<CacheSample>& caches)
         [](const S& s) { return s.recovery_seconds; });
   gauge("pcached_index_bytes", "DRAM held by the extent index.", [](const S& s) { return s.index_bytes; });
   gauge("pcached_index_extents", "Extents in the index.", [](const S& s) { return s.extents; });
+
+  {
+    static constexpr const char* kOps[cache::kOpCount] = {"read", "write", "flush", "discard", "write_zeroes"};
+    MetricFamily& family = out.emplace_back(MetricFamily{
+        "pcached_request_duration_seconds", "Time the engine took per request, by operation.", MetricType::Histogram, {}});
+    for (const CacheSample& c : caches) {
+      for (size_t op = 0; op < cache::kOpCount; ++op) {
+        const cache::LatencySnapshot& snapshot = c.stats.latency[op];
+        ClientMetric metric;
+        metric.label = {{"cache", c.name}, {"device", c.device}, {"op", kOps[op]}};
+        metric.histogram.sample_count = snapshot.count;
+        metric.histogram.sample_sum = snapshot.sum_seconds;
+        uint64_t cumulative = 0;
+        double bound = cache::kLatencyBucketBase;
+        for (size_t i = 0; i < cache::kLatencyBuckets; ++i, bound *= 2) {
+          cumulative += snapshot.counts[i];
+          metric.histogram.bucket.push_back({cumulative, bound});
+        }
+        metric.histogram.bucket.push_back({snapshot.count, std::numeric_limits<double>::infinity()});
+        family.metric.push_back(std::move(metric));
+      }
+    }
+  }
+  {
+    static constexpr const char* kMethods[3] = {"nt", "clflushopt", "clwb"};
+    FamilyBuilder copies(out, "pcached_pmem_copies_total", "Copies into pmem by method and size class.", MetricType::Counter);
+    FamilyBuilder bytes(out, "pcached_pmem_copy_bytes_total", "Bytes copied into pmem by method and size class.",
+                        MetricType::Counter);
+    for (const CacheSample& c : caches) {
+      for (size_t m = 0; m < 3; ++m) {
+        for (size_t k = 0; k < c.stats.copies[m].size(); ++k) {
+          const std::vector<ClientMetric::Label> labels = {{"method", kMethods[m]},
+                                                           {"size_class", std::to_string(512u << k)}};
+          copies.add(c, static_cast<double>(c.stats.copies[m][k]), labels);
+          bytes.add(c, static_cast<double>(c.stats.copy_bytes[m][k]), labels);
+        }
+      }
+    }
+  }
 
   MetricFamily& build = out.emplace_back(MetricFamily{"pcached_build_info", "pcached build.", MetricType::Gauge, {}});
   ClientMetric info;

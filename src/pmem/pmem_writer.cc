@@ -56,8 +56,8 @@ void PmemWriter::flush_range(void* address, size_t len, CopyMethod method) {
 void PmemWriter::count(CopyMethod method, size_t len) {
   const size_t size_class = size_class_of(len);
   const auto m = static_cast<size_t>(method);
-  ++counters_.copies[m][size_class];
-  counters_.bytes[m][size_class] += len;
+  CopyCounters::add(counters_.copies[m][size_class], 1);
+  CopyCounters::add(counters_.bytes[m][size_class], len);
 }
 
 template <typename StreamingStore, typename CachedStore>
@@ -103,7 +103,7 @@ void PmemWriter::drain() {
   // sfence orders the preceding clflushopt/clwb and streaming stores: once it retires they have
   // reached the persistence domain (ADR). On a page-granularity region msync already waited.
   store_fence();
-  ++counters_.fences;
+  CopyCounters::add(counters_.fences, 1);
   if (observer_ != nullptr) observer_->on_fence();
 }
 

@@ -19,6 +19,11 @@ writes_after=$(value pcached_write_requests_total /tmp/after "")
 echo "pcached_write_requests_total: $writes_before -> $writes_after"
 test "$writes_after" -ge $((writes_before + 500))
 grep -q 'pcached_build_info{version=' /tmp/after
+# Every write was timed and its copy counted.
+timed=$(grep "^pcached_request_duration_seconds_count{cache=\"m\"" /tmp/after | grep 'op="write"' | awk '{print $2}')
+test "$timed" -ge 500
+copies=$(grep "^pcached_pmem_copies_total{cache=\"m\"" /tmp/after | awk '{s += $2} END {print s}')
+test "$copies" -ge 500
 grep -q "pcached_segments{cache=\"m\",device=\"$dev\",state=\"free\"}" /tmp/after
 pcached remove m
 echo "metrics scraped and checked"

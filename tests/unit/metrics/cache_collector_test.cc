@@ -15,6 +15,9 @@ TEST_CASE("cache statistics become labelled Prometheus metrics", "[metrics]") {
   sample.stats.dirty_bytes = 4096;
   sample.stats.segments_free = 7;
   sample.stats.writeback_stalled = true;
+  sample.stats.latency[static_cast<size_t>(cache::Op::Write)].counts[3] = 4;  // (4, 8] µs
+  sample.stats.latency[static_cast<size_t>(cache::Op::Write)].count = 4;
+  sample.stats.copies[0][3] = 9;  // nt, 4 KiB
   const std::string text = exposition(cache_families({sample}));
   INFO(text);
   CHECK(text.find(R"(pcached_read_requests_total{cache="db",device="/dev/ublkb0",result="hit"} 5)") != std::string::npos);
@@ -26,6 +29,14 @@ TEST_CASE("cache statistics become labelled Prometheus metrics", "[metrics]") {
   CHECK(text.find("# TYPE pcached_write_requests_total counter") != std::string::npos);
   CHECK(text.find("# TYPE pcached_dirty_bytes gauge") != std::string::npos);
   CHECK(text.find("pcached_build_info{version=") != std::string::npos);
+  CHECK(text.find(R"(pcached_request_duration_seconds_bucket{cache="db",device="/dev/ublkb0",op="write",le="4e-06"} 0)") !=
+        std::string::npos);
+  CHECK(text.find(R"(pcached_request_duration_seconds_bucket{cache="db",device="/dev/ublkb0",op="write",le="8e-06"} 4)") !=
+        std::string::npos);
+  CHECK(text.find(R"(pcached_request_duration_seconds_count{cache="db",device="/dev/ublkb0",op="write"} 4)") !=
+        std::string::npos);
+  CHECK(text.find(R"(pcached_pmem_copies_total{cache="db",device="/dev/ublkb0",method="nt",size_class="4096"} 9)") !=
+        std::string::npos);
 }
 
 TEST_CASE("no caches: the families are still there, empty", "[metrics]") {
