@@ -118,6 +118,11 @@ class CacheQueue {
   virtual ~CacheQueue() = default;
   virtual void submit(const Request& request, RequestCompletion* completion) = 0;
   virtual unsigned index() const = 0;
+  // Between these, writes are gathered: their data is copied as they come, then end_batch()
+  // makes all of it durable with one fence, writes one key set for them all, fences once more and
+  // completes them. A frontend brackets each batch of requests the kernel handed it at once.
+  virtual void begin_batch() = 0;
+  virtual void end_batch() = 0;
 };
 
 class Cache {

@@ -156,6 +156,13 @@ void EngineQueue::submit(const Request& request, RequestCompletion* completion) 
       return;
     }
   }
+  if (batching_ && request.op == Op::Write) {
+    const int error = stage_write(request);
+    staged_.push_back({completion, timing, error != 0 ? error : static_cast<int>(request.sectors * kSectorSize)});
+    return;
+  }
+  // Anything else sees the batch's writes done first, in the order the requests came.
+  commit_staged_writes();
   switch (request.op) {
     case Op::Write:
       finish(write(request));
@@ -246,14 +253,17 @@ void EngineQueue::seal_filled() {
   filled_.clear();
 }
 
-int EngineQueue::write(const Request& request) {
-  keys_.clear();
+int EngineQueue::stage_write(const Request& request) {
+  const size_t first_key = keys_.size();
   uint64_t sector = request.sector;
   uint32_t remaining = request.sectors;
   const std::byte* source = request.buffer;
   while (remaining > 0) {
     Placement placement;
-    if (!place(remaining, /*wait=*/true, placement)) return -ESHUTDOWN;
+    if (!place(remaining, /*wait=*/true, placement)) {
+      keys_.resize(first_key);  // the copied data stays unreferenced
+      return -ESHUTDOWN;
+    }
     writer_.copy_nodrain(location_of(placement), source, uint64_t{placement.sectors} * kSectorSize);
     format::Key key;
     key.sector = sector;
@@ -267,18 +277,40 @@ int EngineQueue::write(const Request& request) {
     source += uint64_t{placement.sectors} * kSectorSize;
     remaining -= placement.sectors;
   }
+  QueueCounters::bump(counters_.writes);
+  QueueCounters::bump(counters_.write_bytes, uint64_t{request.sectors} * kSectorSize);
+  if (engine_.segments_->free_count() < 2) engine_.writeback_->kick();
+  return 0;
+}
+
+int EngineQueue::write(const Request& request) {
+  keys_.clear();
+  if (int error = stage_write(request); error != 0) return error;
   // Ordering: data (and any new segment header) durable before the key is written, so a key that
   // survives a power cut never points at torn data.
   writer_.drain();
   commit(keys_);
-  QueueCounters::bump(counters_.writes);
-  QueueCounters::bump(counters_.write_bytes, uint64_t{request.sectors} * kSectorSize);
-  if (engine_.segments_->free_count() < 2) engine_.writeback_->kick();
   return static_cast<int>(request.sectors * kSectorSize);
 }
 
+void EngineQueue::commit_staged_writes() {
+  if (staged_.empty()) return;
+  if (!keys_.empty()) {
+    // The same ordering as a single write: one fence for all the batch's data, then its keys.
+    writer_.drain();
+    commit(keys_);
+    keys_.clear();
+  }
+  std::vector<StagedWrite> done;
+  done.swap(staged_);
+  for (const StagedWrite& write : done) {
+    write.timing.record();
+    write.completion->complete(write.result);
+  }
+}
+
 void EngineQueue::commit_range(const Request& request, format::KeyKind kind) {
-  keys_.clear();
+  keys_.clear();  // nothing staged: commit_staged_writes() ran before
   format::Key key;
   key.sector = request.sector;
   key.sectors = request.sectors;
@@ -357,8 +389,9 @@ void EngineQueue::fill(uint64_t sector, uint32_t sectors, const std::byte* data,
   if (change_count == UINT64_MAX) return;
   Placement placement;
   if (!place(sectors, /*wait=*/false, placement)) return;
+  // Segments holding staged (not yet committed) writes stay unsealed until their keys are in.
   if (placement.sectors < sectors) {
-    seal_filled();
+    if (staged_.empty()) seal_filled();
     return;  // the rest of the segment is left unused
   }
   writer_.copy_nodrain(location_of(placement), data, uint64_t{sectors} * kSectorSize);
@@ -368,7 +401,7 @@ void EngineQueue::fill(uint64_t sector, uint32_t sectors, const std::byte* data,
     QueueCounters::bump(counters_.fills);
     QueueCounters::bump(counters_.fill_bytes, uint64_t{sectors} * kSectorSize);
   }
-  seal_filled();
+  if (staged_.empty()) seal_filled();
 }
 
 }  // namespace pcached::cache

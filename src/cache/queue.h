@@ -28,6 +28,11 @@ class EngineQueue final : public CacheQueue {
   Status start();
   void submit(const Request& request, RequestCompletion* completion) override;
   unsigned index() const override { return slot_; }
+  void begin_batch() override { batching_ = true; }
+  void end_batch() override {
+    commit_staged_writes();
+    batching_ = false;
+  }
 
  private:
   class ReadOperation;
@@ -43,6 +48,10 @@ class EngineQueue final : public CacheQueue {
 
   int check_range(const Request& request) const;
   int write(const Request& request);
+  // Copies a write's data into the open segment and adds its keys to keys_ (not yet numbered).
+  int stage_write(const Request& request);
+  // Makes the staged writes durable and visible, then completes them.
+  void commit_staged_writes();
   int write_zeroes(const Request& request);
   void read(const Request& request, RequestCompletion* completion, const Timing& timing);
   void discard(const Request& request, RequestCompletion* completion, const Timing& timing);
@@ -65,6 +74,13 @@ class EngineQueue final : public CacheQueue {
   JournalWriter journal_;
   QueueCounters counters_;
   std::vector<format::Key> keys_;
+  struct StagedWrite {
+    RequestCompletion* completion;
+    Timing timing;
+    int result;
+  };
+  bool batching_ = false;
+  std::vector<StagedWrite> staged_;
   bool started_ = false;
   uint32_t open_segment_ = UINT32_MAX;
   uint32_t open_generation_ = 0;

@@ -35,6 +35,19 @@ int SyncQueue::execute(const cache::Request& request) {
   return waiter.result;
 }
 
+std::vector<int> SyncQueue::execute_batch(const std::vector<cache::Request>& requests) {
+  std::vector<Waiter> waiters(requests.size());
+  queue_->begin_batch();
+  for (size_t i = 0; i < requests.size(); ++i) queue_->submit(requests[i], &waiters[i]);
+  queue_->end_batch();
+  std::vector<int> results;
+  for (Waiter& waiter : waiters) {
+    while (!waiter.done) ring_->wait_and_dispatch(std::chrono::milliseconds(100));
+    results.push_back(waiter.result);
+  }
+  return results;
+}
+
 int SyncQueue::read(uint64_t sector, uint32_t sectors, std::byte* buffer) {
   return execute({cache::Op::Read, sector, sectors, buffer, false});
 }

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "io/ring.h"
 #include "pcached/cache.h"
@@ -22,6 +23,10 @@ class SyncQueue {
   int write_zeroes(uint64_t sector, uint32_t sectors);
   int flush();
   int execute(const cache::Request& request);
+
+  // Submits the requests as one batch (as the ublk frontend does with the requests of one
+  // wake-up) and returns their results; none may complete before the batch ends.
+  std::vector<int> execute_batch(const std::vector<cache::Request>& requests);
 
  private:
   SyncQueue() = default;

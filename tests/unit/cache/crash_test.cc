@@ -137,15 +137,25 @@ TEST_CASE("power cuts at random store counts lose no acknowledged write", "[cach
   arm();
   uint64_t next_id = 1;
   while (done < cuts) {
-    const uint64_t sector = rng() % kDeviceSectors;
-    const auto sectors = static_cast<uint32_t>(1 + rng() % std::min<uint64_t>(32, kDeviceSectors - sector));
-    const uint64_t id = next_id++;
-    const auto data = pattern(id, sector, sectors);
-    REQUIRE(queue->write(sector, sectors, data.data()) == static_cast<int>(sectors * kSector));
+    // Single writes and batches (as the ublk frontend submits them) alternate.
+    const size_t batch = rng() % 2 == 0 ? 1 : 2 + rng() % 5;
+    std::vector<WriteRecord> records;
+    std::vector<std::vector<std::byte>> buffers;
+    std::vector<cache::Request> requests;
+    for (size_t i = 0; i < batch; ++i) {
+      const uint64_t sector = rng() % kDeviceSectors;
+      const auto sectors = static_cast<uint32_t>(1 + rng() % std::min<uint64_t>(32, kDeviceSectors - sector));
+      records.push_back({next_id++, sector, sectors});
+      buffers.push_back(pattern(records.back().id, sector, sectors));
+      requests.push_back({cache::Op::Write, sector, sectors, buffers.back().data(), false});
+    }
+    const std::vector<int> results = batch == 1 ? std::vector<int>{queue->execute(requests[0])}
+                                                : queue->execute_batch(requests);
+    for (size_t i = 0; i < batch; ++i) REQUIRE(results[i] == static_cast<int>(records[i].sectors * kSector));
     const uint64_t events = simulator.events();
     {
       std::lock_guard lock(acks_mutex);
-      acks.push_back({{id, sector, sectors}, events});
+      for (const WriteRecord& record : records) acks.push_back({record, events});
     }
     if (simulator.cut_done()) {
       std::optional<Captured> cut;
