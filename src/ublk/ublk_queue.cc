@@ -147,10 +147,10 @@ void UblkQueue::run() {
   setup_state_.notify_all();
   if (!setup_status_.ok()) return;
   // Serve until the driver has aborted every tag; engine I/O completes on the same ring.
-  while (live_tags_ > 0 || ring_->in_flight() > 0) {
-    // The requests of one wake-up form a batch: their writes share two fences and one key set.
-    ring_->wait_and_dispatch(std::chrono::seconds(1));
-  }
+  // Requests are served one by one. The engine can batch the writes of one wake-up
+  // (begin_batch/end_batch), but with batching here one VM kill -9 run in three ended with
+  // e2fsck errors in metadata mkfs had written; until that is understood, batching stays off.
+  while (live_tags_ > 0 || ring_->in_flight() > 0) ring_->wait_and_dispatch(std::chrono::seconds(1));
 }
 
 Status UblkQueue::start() {
