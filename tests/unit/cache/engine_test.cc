@@ -316,3 +316,69 @@ TEST_CASE("a batch of writes completes together and behaves like the same writes
   auto again = make_queue(*reopened);
   check_everything(*again, model, 0, 6000);
 }
+
+TEST_CASE("random batches (as the ublk frontend submits them) match the model", "[cache][engine][batch][model]") {
+  const uint64_t seed = GENERATE(31, 32, 33, 34);
+  INFO("seed " << seed);
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  auto cache = open_cache(files.options(true));
+  auto queue = make_queue(*cache);
+  Model model(kBackingSectors);
+  std::mt19937_64 rng(seed);
+  uint64_t next_id = 1;
+  // Small device range so that writes in one batch often overlap each other and reads.
+  const uint64_t span = 4096;
+  for (int round = 0; round < 1500; ++round) {
+    const size_t count = 1 + rng() % 8;
+    std::vector<cache::Request> requests;
+    std::vector<std::vector<std::byte>> buffers;
+    struct Check {
+      size_t request;
+      uint64_t sector;
+      uint32_t sectors;
+      std::vector<uint64_t> expected;
+    };
+    std::vector<Check> checks;
+    buffers.reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+      const uint64_t sector = rng() % span;
+      const auto sectors = static_cast<uint32_t>(1 + rng() % 16);
+      const unsigned kind = static_cast<unsigned>(rng() % 10);
+      if (kind < 6) {
+        const uint64_t id = next_id++;
+        buffers.push_back(pattern(id, sector, sectors));
+        requests.push_back({cache::Op::Write, sector, sectors, buffers.back().data(), false});
+        model.write(sector, sectors, id);
+      } else if (kind < 9) {
+        buffers.emplace_back(sectors * kSector);
+        requests.push_back({cache::Op::Read, sector, sectors, buffers.back().data(), false});
+        Check check{requests.size() - 1, sector, sectors, {}};
+        for (uint32_t s = 0; s < sectors; ++s) check.expected.push_back(model.at(sector + s));
+        checks.push_back(std::move(check));
+      } else {
+        buffers.emplace_back();
+        requests.push_back({cache::Op::WriteZeroes, sector, sectors, nullptr, false});
+        model.write(sector, sectors, 0);
+      }
+    }
+    const std::vector<int> results = queue->execute_batch(requests);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const int expected = requests[i].op == cache::Op::WriteZeroes ? 0 : static_cast<int>(requests[i].sectors * kSector);
+      REQUIRE(results[i] == expected);
+    }
+    for (const Check& check : checks) {
+      const std::byte* data = requests[check.request].buffer;
+      for (uint32_t s = 0; s < check.sectors; ++s) {
+        INFO("round " << round << " read of " << check.sector << "+" << check.sectors << " at sector " << check.sector + s);
+        REQUIRE(decode_sector(data + s * kSector, check.sector + s) == check.expected[s]);
+      }
+    }
+  }
+  check_everything(*queue, model, 0, span + 16);
+  queue.reset();
+  cache->abandon();
+  cache.reset();
+  auto reopened = open_cache(files.options());
+  auto again = make_queue(*reopened);
+  check_everything(*again, model, 0, span + 16);
+}
