@@ -320,7 +320,12 @@ uint64_t Engine::first_pending_seq(uint32_t slot, const JournalPosition& from, c
 }
 
 uint64_t Engine::compute_horizon() {
-  uint64_t horizon = UINT64_MAX;
+  // Read before any journal is looked at: a key numbered below this was numbered under its
+  // journal's mutex, so the loop below sees it (in flight, or published and pending). A key
+  // numbered later is at or above it. Reading the counter after the loop instead would let a
+  // journal that was still starting (or idle) when visited slip a key under the horizon.
+  const uint64_t ceiling = next_seq_.load();
+  uint64_t horizon = ceiling;
   for (uint32_t slot = 0; slot < format::kMaxJournals; ++slot) {
     JournalState& journal = journals_[slot];
     JournalPosition cursor, published;
@@ -330,13 +335,9 @@ uint64_t Engine::compute_horizon() {
       if (!journal.in_use) continue;
       cursor = journal.cursor;
       published = journal.published;
-      // Sequence numbers are handed out under this mutex, so a journal with nothing in flight
-      // can get no key below the counter as read here.
-      if (journal.inflight_seq != 0) {
-        bound = journal.inflight_seq;
-      } else if (journal.active) {
-        bound = next_seq_.load();
-      }
+      // Sequence numbers are handed out under this mutex: one in flight bounds the horizon; an
+      // idle journal can only get numbers at or above the ceiling.
+      if (journal.inflight_seq != 0) bound = journal.inflight_seq;
     }
     if (!(cursor == published)) {
       const uint64_t pending = first_pending_seq(slot, cursor, published);
@@ -344,7 +345,6 @@ uint64_t Engine::compute_horizon() {
     }
     horizon = std::min(horizon, bound);
   }
-  if (horizon == UINT64_MAX) horizon = next_seq_.load();
   return std::max(horizon, clean_horizon_.load());
 }
 
