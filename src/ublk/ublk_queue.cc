@@ -148,8 +148,8 @@ void UblkQueue::run() {
   if (!setup_status_.ok()) return;
   // Serve until the driver has aborted every tag; engine I/O completes on the same ring.
   // Requests are served one by one. The engine can batch the writes of one wake-up
-  // (begin_batch/end_batch), but with batching here 2 of 8 VM kill -9 runs ended with e2fsck
-  // finding ext4 metadata wrong; until that is understood, batching stays off.
+  // (begin_batch/end_batch), but with batching here the VM tests read back wrong ext4 metadata,
+  // with or without a crash; until that is understood, batching stays off.
   while (live_tags_ > 0 || ring_->in_flight() > 0) ring_->wait_and_dispatch(std::chrono::seconds(1));
 }
 
