@@ -333,7 +333,10 @@ void EngineQueue::discard(const Request& request, RequestCompletion* completion,
 }
 
 void EngineQueue::read(const Request& request, RequestCompletion* completion, const Timing& timing) {
-  auto* operation = new ReadOperation(*this, request, completion, timing);
+  // Gaps are gathered in a buffer the queue reuses; only a read that needs the backing device
+  // allocates an operation (a full hit completes here, without allocating).
+  std::vector<GapRecord>& gaps = gap_scratch_;
+  gaps.clear();
   const uint64_t horizon = engine_.clean_horizon_.load(std::memory_order_acquire);
   bool media_error = false;
   bool any_hit = false;
@@ -359,29 +362,31 @@ void EngineQueue::read(const Request& request, RequestCompletion* completion, co
           continue;
         }
       }
-      ReadOperation::Gap gap;
-      gap.sector = piece.sector;
-      gap.sectors = piece.sectors;
-      gap.change_count = piece.cached ? UINT64_MAX : change_count;  // never refill over bad media
-      operation->gaps().push_back(gap);
+      // Never refill over bad media: a cached piece that failed gets no fill.
+      gaps.push_back({piece.sector, piece.sectors, piece.cached ? UINT64_MAX : change_count});
     }
   });
   QueueCounters::bump(counters_.reads);
   QueueCounters::bump(counters_.read_bytes, uint64_t{request.sectors} * kSectorSize);
   if (media_error) {
-    delete operation;
     timing.record();
     completion->complete(-EIO);
     return;
   }
-  if (operation->gaps().empty()) {
+  if (gaps.empty()) {
     QueueCounters::bump(counters_.read_hits);
-    delete operation;
     timing.record();
     completion->complete(static_cast<int>(request.sectors * kSectorSize));
     return;
   }
   QueueCounters::bump(any_hit ? counters_.read_partial_hits : counters_.read_misses);
+  auto* operation = new ReadOperation(*this, request, completion, timing);
+  for (const GapRecord& record : gaps) {
+    ReadOperation::Gap& gap = operation->gaps().emplace_back();
+    gap.sector = record.sector;
+    gap.sectors = record.sectors;
+    gap.change_count = record.change_count;
+  }
   operation->submit();
 }
 

@@ -37,6 +37,12 @@ class EngineQueue final : public CacheQueue {
  private:
   class ReadOperation;
   friend class ReadOperation;
+  // A part of a read that must come from the backing device.
+  struct GapRecord {
+    uint64_t sector;
+    uint32_t sectors;
+    uint64_t change_count;  // the shard's, at lookup; UINT64_MAX: never fill
+  };
 
   // A run of sectors placed in the queue's open data segment.
   struct Placement {
@@ -74,6 +80,7 @@ class EngineQueue final : public CacheQueue {
   JournalWriter journal_;
   QueueCounters counters_;
   std::vector<format::Key> keys_;
+  std::vector<GapRecord> gap_scratch_;
   struct StagedWrite {
     RequestCompletion* completion;
     Timing timing;
