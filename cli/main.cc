@@ -8,6 +8,7 @@
 #include "control/protocol.h"
 #include "pcached/copy_policy.h"
 #include "pcached/pmem_discovery.h"
+#include "pcached/tunables.h"
 #include "pcached/units.h"
 
 using namespace pcached;
@@ -54,14 +55,28 @@ void print_status(const json& s) {
     std::printf("  writes      %s, %s discards, %s write-zeroes\n", w["total"].dump().c_str(), w["discards"].dump().c_str(),
                 w["write_zeroes"].dump().c_str());
     const json& wb = s["writeback"];
-    std::printf("  writeback   %s written, %s errors%s\n", format_size(wb["bytes"].get<uint64_t>()).c_str(),
-                wb["errors"].dump().c_str(), wb["stalled"].get<bool>() ? ", STALLED (retrying)" : "");
+    std::printf("  writeback   %s written, %s errors%s%s\n", format_size(wb["bytes"].get<uint64_t>()).c_str(),
+                wb["errors"].dump().c_str(), wb["stalled"].get<bool>() ? ", STALLED (retrying)" : "",
+                wb["eager"].get<bool>() ? ", eager (above the high watermark)" : "");
+    const json& fills = s["fills"];
+    std::printf("  fills       %s (%s), %s misses waiting for promotion\n", fills["total"].dump().c_str(),
+                bytes(fills, "bytes").c_str(), fills["deferred"].dump().c_str());
+    const json& bypass = s["bypass"];
+    std::printf("  bypass      %s reads, %s writes (%s) past the sequential cutoff\n", bypass["reads"].dump().c_str(),
+                bypass["writes"].dump().c_str(), bytes(bypass, "bytes").c_str());
+    const json& direct = s["direct_writes"];
+    std::printf("  to backing  %s writes in the foreground, %s flushes forwarded\n", direct["total"].dump().c_str(),
+                direct["backing_flushes"].dump().c_str());
     std::printf("  gc          %s runs, %s segments reclaimed, threshold %s%%\n", s["gc"]["runs"].dump().c_str(),
                 s["gc"]["segments_reclaimed"].dump().c_str(), s["gc"]["threshold_percent"].dump().c_str());
-    std::printf("  errors      backing reads %s, media %s\n", s["errors"]["backing_read"].dump().c_str(),
+    std::printf("  errors      backing reads %s, backing writes %s, media %s\n",
+                s["errors"]["backing_read"].dump().c_str(), s["errors"]["backing_write"].dump().c_str(),
                 s["errors"]["media"].dump().c_str());
     std::printf("  copy policy %s\n", text(s, "copy_policy").c_str());
     std::printf("  queues      %s x depth %s\n", s["queues"].dump().c_str(), s["depth"].dump().c_str());
+    std::string line;
+    for (const auto& [key, value] : s["settings"].items()) line += " " + key + "=" + value.get<std::string>();
+    std::printf("  settings   %s\n", line.c_str());
   }
 }
 
@@ -123,6 +138,9 @@ int main(int argc, char** argv) {
   control::Request request;
   std::string cache_path, backing_path, name, mode = "writeback", copy_policy = "auto", segment_size;
   unsigned queues = 0, depth = 128;
+  std::vector<std::string> add_settings;
+  std::vector<std::string> setting_keys = {"copy_policy"};
+  for (std::string_view tunable : cache::tunable_names()) setting_keys.emplace_back(tunable);
   bool format = false, force = false, allow_volatile = false, no_flush = false;
 
   CLI::App* add = app.add_subcommand("add", "create a cache and its /dev/ublkbN");
@@ -131,7 +149,10 @@ int main(int argc, char** argv) {
   add->add_option("--name", name, "cache name (default cacheN)");
   add->add_option("--queues", queues, "ublk queues (default min(cpus, 4))")->check(CLI::Range(1, 64));
   add->add_option("--depth", depth, "queue depth")->check(CLI::Range(1, 4096))->capture_default_str();
-  add->add_option("--mode", mode, "cache mode")->check(CLI::IsMember({"writeback"}))->capture_default_str();
+  add->add_option("--mode", mode, "cache mode")
+      ->check(CLI::IsMember({"writeback", "writethrough", "writearound"}))
+      ->capture_default_str();
+  add->add_option("--set", add_settings, "a setting as KEY=VALUE (repeatable; keys as for 'pcached set')");
   add->add_option("--copy-policy", copy_policy, "auto, nt, clflushopt, clwb or threshold:<size>")->capture_default_str();
   add->add_option("--segment-size", segment_size, "segment size when formatting (e.g. 16M)");
   add->add_flag("--format", format, "format the region (refused if it holds a cache, unless --force)");
@@ -146,9 +167,10 @@ int main(int argc, char** argv) {
   std::string key, value;
   CLI::App* set = app.add_subcommand("set", "change a setting of a running cache");
   set->add_option("target", name, "cache name or /dev/ublkbN")->required();
-  set->add_option("key", key, "gc_threshold, read_miss_fill or copy_policy")
+  set->add_option("key", key, "the setting: mode, gc_threshold, read_miss_fill, promote_after, sequential_cutoff, "
+                                "writeback_low, writeback_high, writeback_rate, writeback_idle_ms or copy_policy")
       ->required()
-      ->check(CLI::IsMember({"gc_threshold", "read_miss_fill", "copy_policy"}));
+      ->check(CLI::IsMember(setting_keys));
   set->add_option("value", value, "the new value")->required();
   CLI::App* flush = app.add_subcommand("flush", "write every dirty byte back now");
   flush->add_option("target", name, "cache name or /dev/ublkbN")->required();
@@ -176,6 +198,21 @@ int main(int argc, char** argv) {
                     {"format", format}, {"force", force}, {"allow_volatile_region", allow_volatile}};
     if (!name.empty()) request.args["name"] = name;
     if (queues != 0) request.args["queues"] = queues;
+    // Settings are checked here too, so that a typo is a usage error before anything happens.
+    cache::Tunables tunables;
+    request.args["settings"] = json::object();
+    for (const std::string& setting : add_settings) {
+      const size_t equals = setting.find('=');
+      const std::string key = setting.substr(0, equals);
+      const std::string value = equals == std::string::npos ? "" : setting.substr(equals + 1);
+      if (Status status = cache::apply_setting(tunables, key, value); equals == std::string::npos || !status.ok()) {
+        std::fprintf(stderr, "pcached: --set %s: %s\n", setting.c_str(),
+                     equals == std::string::npos ? "expected KEY=VALUE" : status.message().c_str());
+        return kUsage;
+      }
+      request.args["settings"][key] = value;
+    }
+    request.args["settings"]["mode"] = mode;
     if (!segment_size.empty()) {
       auto size = parse_size(segment_size);
       if (!size.ok()) {

@@ -28,9 +28,45 @@ nlohmann::json to_json(const CacheConfig& c) {
           {"allow_volatile_region", c.allow_volatile_region},
           {"segment_size", c.segment_size},
           {"copy_policy", c.copy_policy},
-          {"gc_threshold", c.gc_threshold},
-          {"read_miss_fill", c.read_miss_fill}};
+          {"settings", settings_json(c.tunables)}};
 }
+
+nlohmann::json settings_json(const cache::Tunables& tunables) {
+  nlohmann::json doc = nlohmann::json::object();
+  for (const auto& [key, value] : cache::settings(tunables)) doc[key] = value;
+  return doc;
+}
+
+namespace {
+
+// A setting's text from JSON: strings as they are, numbers and booleans as written.
+Result<std::string> setting_text(const std::string& key, const nlohmann::json& value) {
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_boolean()) return std::string(value.get<bool>() ? "on" : "off");
+  if (value.is_number_unsigned()) return std::to_string(value.get<uint64_t>());
+  return Status::error(EINVAL, key + ": expected a string, a non-negative integer or a boolean");
+}
+
+Status read_tunables(const nlohmann::json& doc, cache::Tunables& tunables) {
+  for (std::string_view name : cache::tunable_names()) {
+    const std::string key(name);
+    if (!doc.contains(key)) continue;
+    auto text = setting_text(key, doc[key]);
+    if (!text.ok()) return text.status();
+    if (Status status = cache::apply_setting(tunables, key, text.value()); !status.ok()) return status;
+  }
+  if (!doc.contains("settings")) return Status();
+  const nlohmann::json& settings = doc["settings"];
+  if (!settings.is_object()) return Status::error(EINVAL, "settings: expected an object of name: value");
+  for (const auto& [key, value] : settings.items()) {
+    auto text = setting_text(key, value);
+    if (!text.ok()) return text.status();
+    if (Status status = cache::apply_setting(tunables, key, text.value()); !status.ok()) return status;
+  }
+  return Status();
+}
+
+}  // namespace
 
 Result<CacheConfig> config_from_json(const nlohmann::json& doc) {
   if (!doc.is_object()) return Status::error(EINVAL, "cache entry is not an object");
@@ -42,11 +78,9 @@ Result<CacheConfig> config_from_json(const nlohmann::json& doc) {
   auto queues = control::unsigned_arg(doc, "queues", c.queues, 1, 64);
   auto depth = control::unsigned_arg(doc, "depth", c.depth, 1, 4096);
   auto segment = control::unsigned_arg(doc, "segment_size", c.segment_size, 1ull << 20, 1ull << 30);
-  auto gc = control::unsigned_arg(doc, "gc_threshold", c.gc_threshold, 0, 90);
   auto volatile_region = control::bool_arg(doc, "allow_volatile_region", false);
-  auto fill = control::bool_arg(doc, "read_miss_fill", true);
   for (const Status* status : {&name.status(), &region.status(), &backing.status(), &policy.status(), &queues.status(),
-                               &depth.status(), &segment.status(), &gc.status(), &volatile_region.status(), &fill.status()}) {
+                               &depth.status(), &segment.status(), &volatile_region.status()}) {
     if (!status->ok()) return *status;
   }
   c.name = name.value();
@@ -57,9 +91,8 @@ Result<CacheConfig> config_from_json(const nlohmann::json& doc) {
   c.queues = static_cast<unsigned>(queues.value());
   c.depth = static_cast<unsigned>(depth.value());
   c.segment_size = segment.value();
-  c.gc_threshold = static_cast<unsigned>(gc.value());
   c.allow_volatile_region = volatile_region.value();
-  c.read_miss_fill = fill.value();
+  if (Status status = read_tunables(doc, c.tunables); !status.ok()) return status;
   if (doc.contains("device_id") && doc["device_id"].is_number_integer()) c.device_id = doc["device_id"].get<int>();
   return c;
 }

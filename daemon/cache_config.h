@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "pcached/status.h"
+#include "pcached/tunables.h"
 
 namespace pcached::daemon {
 
@@ -20,11 +21,13 @@ struct CacheConfig {
   bool allow_volatile_region = false;
   uint64_t segment_size = 16ull << 20;
   std::string copy_policy = "auto";
-  unsigned gc_threshold = 70;
-  bool read_miss_fill = true;
+  cache::Tunables tunables;  // the state file's "settings": {name: text}
 };
 
 nlohmann::json to_json(const CacheConfig& config);
+nlohmann::json settings_json(const cache::Tunables& tunables);
+// Tunables come from "settings" (an object of name: text), or, as an add request gives them and
+// older state files kept gc_threshold and read_miss_fill, from top-level keys of the same names.
 Result<CacheConfig> config_from_json(const nlohmann::json& doc);
 
 // The state file: {"version": 1, "caches": [...]}, replaced atomically (write, fsync, rename).

@@ -51,8 +51,7 @@ Status Daemon::open_cache(Managed& managed, bool format, bool force) const {
   options.force = force;
   options.allow_volatile_region = config.allow_volatile_region;
   options.segment_size = config.segment_size;
-  options.gc_threshold_percent = config.gc_threshold;
-  options.read_miss_fill = config.read_miss_fill;
+  options.tunables = config.tunables;
   auto spec = pmem::parse_policy_spec(config.copy_policy);
   if (!spec.ok()) return spec.status();
   options.copy_policy.spec = spec.value();
@@ -218,7 +217,8 @@ nlohmann::json Daemon::describe(const Managed& managed, bool detailed) const {
                         {"state", managed.device ? "running" : "failed"}};
   if (!managed.cache) return doc;
   const cache::CacheStats s = managed.cache->stats();
-  doc["mode"] = "writeback";
+  const cache::Tunables tunables = managed.cache->tunables();
+  doc["mode"] = std::string(cache::to_string(tunables.mode));
   doc["capacity_bytes"] = s.capacity_bytes;
   doc["device_bytes"] = s.device_bytes;
   doc["cached_bytes"] = s.cached_bytes;
@@ -234,9 +234,15 @@ nlohmann::json Daemon::describe(const Managed& managed, bool detailed) const {
   doc["writes"] = {{"total", s.writes}, {"bytes", s.write_bytes}, {"discards", s.discards},
                    {"write_zeroes", s.write_zeroes}, {"flushes", s.flushes}};
   doc["writeback"] = {{"bytes", s.writeback_bytes}, {"batches", s.writeback_batches}, {"errors", s.writeback_errors},
-                      {"stalled", s.writeback_stalled}};
-  doc["gc"] = {{"runs", s.gc_runs}, {"segments_reclaimed", s.segments_reclaimed}, {"threshold_percent", managed.config.gc_threshold}};
-  doc["errors"] = {{"backing_read", s.backing_read_errors}, {"media", s.media_errors}};
+                      {"stalled", s.writeback_stalled}, {"eager", s.writeback_eager}};
+  doc["gc"] = {{"runs", s.gc_runs}, {"segments_reclaimed", s.segments_reclaimed}, {"threshold_percent", tunables.gc_threshold}};
+  doc["fills"] = {{"total", s.fills}, {"bytes", s.fill_bytes}, {"deferred", s.promotions_deferred}};
+  doc["bypass"] = {{"reads", s.bypassed_reads}, {"writes", s.bypassed_writes}, {"bytes", s.bypassed_bytes}};
+  doc["direct_writes"] = {{"total", s.direct_writes}, {"errors", s.direct_write_errors},
+                          {"backing_flushes", s.backing_flushes}};
+  doc["errors"] = {{"backing_read", s.backing_read_errors}, {"backing_write", s.direct_write_errors},
+                   {"media", s.media_errors}};
+  doc["settings"] = settings_json(tunables);
   doc["copy_policy"] = managed.cache->copy_policy_description();
   doc["recovery"] = {{"seconds", s.recovery_seconds}, {"keys", s.recovered_keys}};
   doc["index_bytes"] = s.index_bytes;
@@ -278,12 +284,14 @@ Result<nlohmann::json> Daemon::set(const nlohmann::json& args) {
   if (!found.ok()) return found.status();
   Managed& managed = *found.value();
   if (!managed.cache) return Status::error(EIO, "cache '" + managed.config.name + "' is not running");
-  if (Status status = managed.cache->set(key.value(), value.value()); !status.ok()) return status;
   // Remembered, so that a restart keeps the setting.
-  managed.config.gc_threshold = managed.cache->gc_threshold();
-  managed.config.read_miss_fill = managed.cache->read_miss_fill();
-  if (key.value() == "copy_policy") managed.config.copy_policy = value.value();
+  const Status changed = managed.cache->set(key.value(), value.value());
+  // Remembered, so that a restart keeps it (a mode switch that could not write everything back
+  // has still switched).
+  managed.config.tunables = managed.cache->tunables();
+  if (key.value() == "copy_policy" && changed.ok()) managed.config.copy_policy = value.value();
   if (Status status = save(); !status.ok()) spdlog::error("{}", status.message());
+  if (!changed.ok()) return changed;
   return nlohmann::json{{"name", managed.config.name}, {"key", key.value()}, {"value", value.value()}};
 }
 

@@ -16,6 +16,7 @@
 
 #include "pcached/copy_policy.h"
 #include "pcached/status.h"
+#include "pcached/tunables.h"
 #include "pcached/units.h"
 
 namespace pcached::io {
@@ -43,8 +44,7 @@ struct CacheOptions {
   bool force = false;
   bool allow_volatile_region = false;  // a page-granularity (non-DAX) region, for tests and demos
   uint64_t segment_size = 16 * MiB;    // used when formatting
-  unsigned gc_threshold_percent = 70;  // GC reclaims clean segments above this share in use (0-90)
-  bool read_miss_fill = true;
+  Tunables tunables;                   // mode, GC, promotion, sequential cutoff, writeback
   pmem::CopyPolicySettings copy_policy;  // scratch area is filled in by the engine
   // Tests: observe every pmem store, flush and fence (the persistence simulator).
   pmem::PersistObserver* persist_observer = nullptr;
@@ -96,12 +96,19 @@ struct CacheStats {
   uint64_t reads = 0, read_hits = 0, read_partial_hits = 0, read_misses = 0, read_bytes = 0;
   uint64_t writes = 0, write_bytes = 0, discards = 0, write_zeroes = 0, flushes = 0;
   uint64_t fills = 0, fill_bytes = 0;
+  uint64_t promotions_deferred = 0;  // misses not filled yet (promote_after)
+  // Requests of a sequential stream past the cutoff that bypassed the cache, and their bytes.
+  uint64_t bypassed_reads = 0, bypassed_writes = 0, bypassed_bytes = 0;
+  // Writes that went to the backing device in the foreground (writethrough, writearound and
+  // bypass), their failures, and flushes forwarded to the device because of them.
+  uint64_t direct_writes = 0, direct_write_errors = 0, backing_flushes = 0;
   uint64_t writeback_bytes = 0, writeback_batches = 0, writeback_errors = 0;
   uint64_t backing_read_errors = 0, media_errors = 0;
   uint64_t gc_runs = 0, segments_reclaimed = 0, writer_waits = 0;
   double recovery_seconds = 0;
   uint64_t recovered_keys = 0;
   bool writeback_stalled = false;  // the last writeback attempt failed; retrying with backoff
+  bool writeback_eager = false;    // dirty data passed writeback_high and has not fallen to writeback_low
 
   std::array<LatencySnapshot, kOpCount> latency{};
   // Copies into pmem by method (pmem::CopyMethod) and size class (pmem::size_class_bytes).
@@ -146,11 +153,11 @@ class Cache {
   virtual uint64_t device_sectors() const = 0;
   virtual uint32_t logical_block_size() const = 0;
   virtual std::string copy_policy_description() const = 0;
-  // Runtime tuning: gc_threshold (0-90, percent), read_miss_fill (on|off), copy_policy (auto, nt,
-  // clflushopt, clwb, threshold:<size>; auto recalibrates). Refused with the reason otherwise.
+  // Runtime tuning: any tunable of pcached/tunables.h, or copy_policy (auto, nt, clflushopt, clwb,
+  // threshold:<size>; auto recalibrates). Refused with the reason otherwise. Switching the mode
+  // away from writeback returns once the data that was dirty has been written back.
   virtual Status set(const std::string& key, const std::string& value) = 0;
-  virtual unsigned gc_threshold() const = 0;
-  virtual bool read_miss_fill() const = 0;
+  virtual Tunables tunables() const = 0;
   // Makes the backing device fail on purpose: tests and fault drills.
   virtual backing::FaultInjection& backing_faults() = 0;
 };

@@ -153,6 +153,13 @@ void QueueCounters::add_to(CacheStats& s) const {
   s.flushes += get(flushes);
   s.fills += get(fills);
   s.fill_bytes += get(fill_bytes);
+  s.promotions_deferred += get(promotions_deferred);
+  s.bypassed_reads += get(bypassed_reads);
+  s.bypassed_writes += get(bypassed_writes);
+  s.bypassed_bytes += get(bypassed_bytes);
+  s.direct_writes += get(direct_writes);
+  s.direct_write_errors += get(direct_write_errors);
+  s.backing_flushes += get(backing_flushes);
   s.backing_read_errors += get(backing_read_errors);
   s.media_errors += get(media_errors);
   for (size_t op = 0; op < kOpCount; ++op) latency[op].add_to(s.latency[op]);
@@ -181,8 +188,7 @@ Engine::Engine(const CacheOptions& options, std::unique_ptr<pmem::Region> region
       policy_(std::move(policy)),
       superblock_(superblock),
       segments_(std::make_unique<SegmentTable>(superblock.segment_count)),
-      gc_threshold_(options.gc_threshold_percent),
-      read_miss_fill_(options.read_miss_fill) {}
+      tunables_(options.tunables) {}
 
 Engine::~Engine() { stop_background(); }
 
@@ -248,10 +254,7 @@ Result<Superblock> Engine::load_or_format(const CacheOptions& options, const pme
 }
 
 Result<std::unique_ptr<Engine>> Engine::open(const CacheOptions& options) {
-  if (options.gc_threshold_percent > 90) {
-    return Status::error(EINVAL, "GC threshold " + std::to_string(options.gc_threshold_percent) +
-                                     "% is out of range (0-90)");
-  }
+  if (Status status = validate(options.tunables); !status.ok()) return status;
   pmem::RegionOptions region_options;
   region_options.path = options.region_path;
   region_options.allow_volatile = options.allow_volatile_region;
@@ -300,6 +303,17 @@ Result<std::unique_ptr<CacheQueue>> Engine::create_queue(io::Ring& ring) {
   auto queue = std::make_unique<EngineQueue>(*this, ring, slot);
   if (Status status = queue->start(); !status.ok()) return status;
   return std::unique_ptr<CacheQueue>(std::move(queue));
+}
+
+uint64_t Engine::foreground_requests() const {
+  std::lock_guard lock(queues_mutex_);
+  uint64_t total = retired_.reads + retired_.writes + retired_.discards + retired_.write_zeroes + retired_.flushes;
+  for (const QueueCounters* queue : queues_) {
+    for (const auto* counter : {&queue->reads, &queue->writes, &queue->discards, &queue->write_zeroes, &queue->flushes}) {
+      total += counter->load(std::memory_order_relaxed);
+    }
+  }
+  return total;
 }
 
 void Engine::register_queue(QueueCounters* counters) {
@@ -387,38 +401,36 @@ std::string Engine::copy_policy_description() const {
 }
 
 Status Engine::set(const std::string& key, const std::string& value) {
-  const std::string where = "cache on " + options_.region_path + ": " + key;
-  if (key == "gc_threshold") {
-    char* end = nullptr;
-    const unsigned long percent = std::strtoul(value.c_str(), &end, 10);
-    if (value.empty() || *end != '\0' || percent > 90) {
-      return Status::error(EINVAL, where + ": '" + value + "' is not a percentage from 0 to 90");
-    }
-    gc_threshold_.store(static_cast<unsigned>(percent));
-    writeback_->kick();
-    return Status();
-  }
-  if (key == "read_miss_fill") {
-    if (value != "on" && value != "off" && value != "true" && value != "false") {
-      return Status::error(EINVAL, where + ": '" + value + "' is not on or off");
-    }
-    read_miss_fill_.store(value == "on" || value == "true");
-    return Status();
-  }
+  const std::string where = "cache on " + options_.region_path;
+  std::lock_guard lock(settings_mutex_);
   if (key == "copy_policy") {
     auto spec = pmem::parse_policy_spec(value);
-    if (!spec.ok()) return spec.status().with_context(where);
+    if (!spec.ok()) return spec.status().with_context(where + ": " + key);
     pmem::CopyPolicySettings settings = options_.copy_policy;
     settings.spec = spec.value();
     settings.scratch_offset = format::kScratchOffset;
     settings.scratch_length = format::kScratchLength;
     settings.saved_table_path.clear();  // an explicit "auto" measures again
     auto fresh = pmem::make_copy_policy(*region_, settings);
-    if (!fresh.ok()) return fresh.status().with_context(where);
+    if (!fresh.ok()) return fresh.status().with_context(where + ": " + key);
     policy_->replace(fresh.value()->table(), fresh.value()->origin());
     return Status();
   }
-  return Status::error(EINVAL, "unknown setting '" + key + "' (known: gc_threshold, read_miss_fill, copy_policy)");
+  const Tunables before = tunables_.get();
+  Tunables changed = before;
+  if (Status status = apply_setting(changed, key, value); !status.ok()) return status.with_context(where);
+  tunables_.set(changed);
+  writeback_->kick();
+  if (before.mode == CacheMode::Writeback && changed.mode != CacheMode::Writeback) {
+    // From now on writes reach the backing device (except over data still dirty, which keeps
+    // taking writes in the cache so that writeback cannot overwrite them with older data).
+    // What was dirty is written back before the switch is reported done.
+    if (Status status = writeback_->write_back_everything(); !status.ok()) {
+      return status.with_context(where + ": mode is now " + std::string(to_string(changed.mode)) +
+                                 ", but the data that was dirty is not all written back yet");
+    }
+  }
+  return Status();
 }
 
 Status Engine::flush_all() {

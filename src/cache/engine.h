@@ -12,7 +12,9 @@
 #include "cache/control_store.h"
 #include "cache/extent_index.h"
 #include "cache/journal.h"
+#include "cache/promotion_filter.h"
 #include "cache/segment_table.h"
+#include "cache/tunables_store.h"
 #include "format/superblock.h"
 #include "pcached/cache.h"
 #include "pcached/copy_policy.h"
@@ -37,6 +39,8 @@ struct QueueCounters {
   std::atomic<uint64_t> reads{0}, read_hits{0}, read_partial_hits{0}, read_misses{0}, read_bytes{0};
   std::atomic<uint64_t> writes{0}, write_bytes{0}, discards{0}, write_zeroes{0}, flushes{0};
   std::atomic<uint64_t> fills{0}, fill_bytes{0}, backing_read_errors{0}, media_errors{0};
+  std::atomic<uint64_t> promotions_deferred{0}, bypassed_reads{0}, bypassed_writes{0}, bypassed_bytes{0};
+  std::atomic<uint64_t> direct_writes{0}, direct_write_errors{0}, backing_flushes{0};
   std::array<LatencyHistogram, kOpCount> latency;
   const pmem::CopyCounters* copies = nullptr;  // the queue's writer
 
@@ -61,8 +65,7 @@ class Engine final : public Cache {
   std::string copy_policy_description() const override;
   backing::FaultInjection& backing_faults() override { return backing_->faults(); }
   Status set(const std::string& key, const std::string& value) override;
-  unsigned gc_threshold() const override { return gc_threshold_.load(std::memory_order_relaxed); }
-  bool read_miss_fill() const override { return read_miss_fill_.load(std::memory_order_relaxed); }
+  Tunables tunables() const override { return tunables_.get(); }
 
   // The lowest sequence number any key not yet written back has, or can still get: everything
   // below it is clean once the backing device has been flushed.
@@ -70,6 +73,8 @@ class Engine final : public Cache {
   // The first key at or after position that `slot`'s writeback has not passed (0: none).
   uint64_t first_pending_seq(uint32_t slot, const JournalPosition& from, const JournalPosition& limit) const;
 
+  // Requests the queues have received so far (writeback's idleness test).
+  uint64_t foreground_requests() const;
   void register_queue(QueueCounters* counters);
   void unregister_queue(QueueCounters* counters);
   pmem::PmemWriter make_writer() const { return pmem::PmemWriter(*region_, *policy_, options_.persist_observer); }
@@ -85,8 +90,13 @@ class Engine final : public Cache {
   std::array<JournalState, format::kMaxJournals> journals_;
   std::atomic<uint64_t> next_seq_{1};
   std::atomic<uint64_t> clean_horizon_{1};  // as persisted in the control area
-  std::atomic<unsigned> gc_threshold_{70};    // tunable at run time
-  std::atomic<bool> read_miss_fill_{true};
+  // The first sequence number of this attach: written-through keys below it come from before a
+  // restart, and are written back like any other (the device may have lost them).
+  uint64_t run_first_seq_ = 1;
+  TunablesStore tunables_;
+  PromotionFilter promotion_;
+  // Data reached the backing device in the foreground since the last flush forwarded to it.
+  std::atomic<bool> backing_unflushed_{false};
   std::unique_ptr<Writeback> writeback_;
   double recovery_seconds_ = 0;
   uint64_t recovered_keys_ = 0;
@@ -100,6 +110,7 @@ class Engine final : public Cache {
   Status recover();
   void stop_background();
 
+  std::mutex settings_mutex_;  // one set() at a time
   mutable std::mutex queues_mutex_;
   std::vector<QueueCounters*> queues_;
   CacheStats retired_;  // counters of queues that are gone

@@ -179,6 +179,23 @@ uint64_t ExtentIndex::evict_if(const std::function<bool(uint64_t location)>& in_
   return evicted;
 }
 
+ExtentIndex::RangeState ExtentIndex::probe(uint64_t sector, uint32_t sectors, uint64_t dirty_from) const {
+  RangeState state;
+  for_each_stripe(sector, sectors, [&](uint64_t begin, uint64_t end) {
+    if (state.dirty) return;
+    const Shard& shard = shards_[shard_of(begin)];
+    std::shared_lock lock(shard.mutex);
+    for (auto it = first_overlapping(shard.map, begin); it != shard.map.end() && it->first < end; ++it) {
+      state.cached = true;
+      if (it->second.seq >= dirty_from) {
+        state.dirty = true;
+        return;
+      }
+    }
+  });
+  return state;
+}
+
 std::vector<Piece> ExtentIndex::live_pieces(uint64_t sector, uint32_t sectors, uint64_t seq) const {
   std::vector<Piece> live;
   lookup(sector, sectors, [&](const std::vector<Piece>& pieces, uint64_t) {

@@ -85,6 +85,14 @@ class ExtentIndex {
   // segments GC reclaims. Returns the sectors evicted.
   uint64_t evict_if(const std::function<bool(uint64_t location)>& in_reclaimed);
 
+  // What a range holds: anything cached at all, and anything written by a key at or above
+  // dirty_from (the clean horizon: data not yet on the backing device).
+  struct RangeState {
+    bool cached = false;
+    bool dirty = false;
+  };
+  RangeState probe(uint64_t sector, uint32_t sectors, uint64_t dirty_from) const;
+
   // The pieces of [sector, sector+sectors) still owned by the key with sequence number seq.
   std::vector<Piece> live_pieces(uint64_t sector, uint32_t sectors, uint64_t seq) const;
 

@@ -52,9 +52,7 @@ class EngineQueue::ReadOperation {
       finish(-EIO);
       return;
     }
-    if (queue_.engine_.read_miss_fill()) {
-      for (const Gap& g : gaps_) queue_.fill(g.sector, g.sectors, destination(g.sector), g.change_count);
-    }
+    for (const Gap& g : gaps_) queue_.fill(g.sector, g.sectors, destination(g.sector), g.change_count);
     finish(static_cast<int>(request_.sectors * kSectorSize));
   }
 
@@ -99,7 +97,8 @@ EngineQueue::EngineQueue(Engine& engine, io::Ring& ring, uint32_t slot)
       ring_(ring),
       slot_(slot),
       writer_(engine.make_writer()),
-      journal_(*engine.region_, engine.superblock_, *engine.segments_, engine.journals_[slot], slot) {}
+      journal_(*engine.region_, engine.superblock_, *engine.segments_, engine.journals_[slot], slot),
+      tunables_(engine.tunables_) {}
 
 Status EngineQueue::start() {
   if (Status status = journal_.start(writer_); !status.ok()) {
@@ -156,7 +155,14 @@ void EngineQueue::submit(const Request& request, RequestCompletion* completion) 
       return;
     }
   }
-  if (batching_ && request.op == Op::Write) {
+  const Tunables& tunables = tunables_.get();
+  WriteRoute route = WriteRoute::Cache;
+  if (request.op == Op::Write) {
+    QueueCounters::bump(counters_.writes);
+    QueueCounters::bump(counters_.write_bytes, uint64_t{request.sectors} * kSectorSize);
+    route = route_write(request, tunables);
+  }
+  if (batching_ && request.op == Op::Write && route == WriteRoute::Cache) {
     const int error = stage_write(request);
     staged_.push_back({completion, timing, error != 0 ? error : static_cast<int>(request.sectors * kSectorSize)});
     return;
@@ -165,24 +171,74 @@ void EngineQueue::submit(const Request& request, RequestCompletion* completion) 
   commit_staged_writes();
   switch (request.op) {
     case Op::Write:
+      if (route != WriteRoute::Cache) {
+        write_direct(request, completion, timing, route);
+        return;
+      }
       finish(write(request));
       return;
     case Op::WriteZeroes:
       finish(write_zeroes(request));
       return;
     case Op::Read:
-      read(request, completion, timing);
+      read(request, completion, timing, past_sequential_cutoff(request, tunables));
       return;
     case Op::Discard:
       discard(request, completion, timing);
       return;
     case Op::Flush:
-      // Write-back mode: every acknowledged write is already durable on pmem.
-      QueueCounters::bump(counters_.flushes);
-      finish(0);
+      flush(completion, timing);
       return;
   }
   finish(-EOPNOTSUPP);
+}
+
+bool EngineQueue::past_sequential_cutoff(const Request& request, const Tunables& tunables) {
+  const uint64_t stream = sequential_.observe(request.op == Op::Write, request.sector, request.sectors);
+  return tunables.sequential_cutoff != 0 && stream > tunables.sequential_cutoff;
+}
+
+EngineQueue::WriteRoute EngineQueue::route_write(const Request& request, const Tunables& tunables) {
+  const bool sequential = past_sequential_cutoff(request, tunables);
+  if (tunables.mode == CacheMode::Writeback && !sequential) return WriteRoute::Cache;
+  const ExtentIndex::RangeState state = engine_.index_.probe(
+      request.sector, request.sectors, engine_.clean_horizon_.load(std::memory_order_acquire));
+  // A write over dirty data stays in the cache whatever the mode: written to the device now, it
+  // could be overwritten there by the older dirty data that writeback is about to copy.
+  if (state.dirty) return WriteRoute::Cache;
+  if (sequential && !state.cached) {
+    // A long stream of data the cache does not hold goes around it (hit-aware: data that is
+    // cached keeps being served and updated in the cache).
+    QueueCounters::bump(counters_.bypassed_writes);
+    QueueCounters::bump(counters_.bypassed_bytes, uint64_t{request.sectors} * kSectorSize);
+    return WriteRoute::Around;
+  }
+  switch (tunables.mode) {
+    case CacheMode::Writeback:
+      return WriteRoute::Cache;
+    case CacheMode::Writethrough:
+      return WriteRoute::Through;
+    case CacheMode::Writearound:
+      return WriteRoute::Around;
+  }
+  return WriteRoute::Cache;
+}
+
+void EngineQueue::forget_clean(const Request& request) {
+  // Keys below the clean horizon are on the device; fills carry 0. Both go.
+  const uint64_t horizon = engine_.clean_horizon_.load(std::memory_order_acquire);
+  engine_.index_.remove(request.sector, request.sectors, horizon - 1);
+}
+
+int EngineQueue::finish_direct_write(const Request& request, WriteRoute route) {
+  if (route == WriteRoute::Around) {
+    forget_clean(request);
+    return static_cast<int>(request.sectors * kSectorSize);
+  }
+  // Through: into the cache like any write, as data the device already holds. Writes of a batch
+  // in progress are committed first, so segment sealing stays in order.
+  commit_staged_writes();
+  return write(request, format::KeyKind::WrittenThrough);
 }
 
 uint64_t EngineQueue::location_of(const Placement& placement) const {
@@ -253,7 +309,7 @@ void EngineQueue::seal_filled() {
   filled_.clear();
 }
 
-int EngineQueue::stage_write(const Request& request) {
+int EngineQueue::stage_write(const Request& request, format::KeyKind kind) {
   const size_t first_key = keys_.size();
   uint64_t sector = request.sector;
   uint32_t remaining = request.sectors;
@@ -268,7 +324,7 @@ int EngineQueue::stage_write(const Request& request) {
     format::Key key;
     key.sector = sector;
     key.sectors = placement.sectors;
-    key.kind = format::KeyKind::Write;
+    key.kind = kind;
     key.segment = placement.segment;
     key.offset_sectors = placement.offset_sectors;
     key.generation = placement.generation;
@@ -277,15 +333,13 @@ int EngineQueue::stage_write(const Request& request) {
     source += uint64_t{placement.sectors} * kSectorSize;
     remaining -= placement.sectors;
   }
-  QueueCounters::bump(counters_.writes);
-  QueueCounters::bump(counters_.write_bytes, uint64_t{request.sectors} * kSectorSize);
   if (engine_.segments_->free_count() < 2) engine_.writeback_->kick();
   return 0;
 }
 
-int EngineQueue::write(const Request& request) {
+int EngineQueue::write(const Request& request, format::KeyKind kind) {
   keys_.clear();
-  if (int error = stage_write(request); error != 0) return error;
+  if (int error = stage_write(request, kind); error != 0) return error;
   // Ordering: data (and any new segment header) durable before the key is written, so a key that
   // survives a power cut never points at torn data.
   writer_.drain();
@@ -332,7 +386,8 @@ void EngineQueue::discard(const Request& request, RequestCompletion* completion,
                             new DiscardForward(completion, timing));
 }
 
-void EngineQueue::read(const Request& request, RequestCompletion* completion, const Timing& timing) {
+void EngineQueue::read(const Request& request, RequestCompletion* completion, const Timing& timing,
+                       bool sequential) {
   // Gaps are gathered in a buffer the queue reuses; only a read that needs the backing device
   // allocates an operation (a full hit completes here, without allocating).
   std::vector<GapRecord>& gaps = gap_scratch_;
@@ -380,6 +435,22 @@ void EngineQueue::read(const Request& request, RequestCompletion* completion, co
     return;
   }
   QueueCounters::bump(any_hit ? counters_.read_partial_hits : counters_.read_misses);
+  // Which gaps are copied into the cache once read: none of a long sequential stream; otherwise
+  // those the promotion policy lets in.
+  const Tunables& tunables = tunables_.get();
+  if (sequential) {
+    QueueCounters::bump(counters_.bypassed_reads);
+    QueueCounters::bump(counters_.bypassed_bytes, uint64_t{request.sectors} * kSectorSize);
+  }
+  for (GapRecord& gap : gaps) {
+    if (gap.change_count == UINT64_MAX) continue;
+    if (!tunables.read_miss_fill || sequential) {
+      gap.change_count = UINT64_MAX;
+    } else if (!engine_.promotion_.record_miss(gap.sector, tunables.promote_after)) {
+      gap.change_count = UINT64_MAX;
+      QueueCounters::bump(counters_.promotions_deferred);
+    }
+  }
   auto* operation = new ReadOperation(*this, request, completion, timing);
   for (const GapRecord& record : gaps) {
     ReadOperation::Gap& gap = operation->gaps().emplace_back();

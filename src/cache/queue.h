@@ -6,6 +6,8 @@
 
 #include "cache/engine.h"
 #include "cache/journal.h"
+#include "cache/sequential_detector.h"
+#include "cache/tunables_store.h"
 #include "io/ring.h"
 #include "pcached/cache.h"
 #include "pcached/pmem_writer.h"
@@ -37,6 +39,14 @@ class EngineQueue final : public CacheQueue {
  private:
   class ReadOperation;
   friend class ReadOperation;
+  class DirectWrite;
+  friend class DirectWrite;
+  class ForwardedFlush;
+  friend class ForwardedFlush;
+
+  // Where a write goes: into the cache (acknowledged from pmem), through it (backing device, then
+  // pmem as clean data), or around it (backing device; cached copies of the range dropped).
+  enum class WriteRoute { Cache, Through, Around };
   // A part of a read that must come from the backing device.
   struct GapRecord {
     uint64_t sector;
@@ -53,13 +63,25 @@ class EngineQueue final : public CacheQueue {
   };
 
   int check_range(const Request& request) const;
-  int write(const Request& request);
+  // True when the request continues a sequential stream longer than the cutoff (every read and
+  // write passes here, so that streams are followed).
+  bool past_sequential_cutoff(const Request& request, const Tunables& tunables);
+  WriteRoute route_write(const Request& request, const Tunables& tunables);
+  int write(const Request& request, format::KeyKind kind = format::KeyKind::Write);
   // Copies a write's data into the open segment and adds its keys to keys_ (not yet numbered).
-  int stage_write(const Request& request);
+  int stage_write(const Request& request, format::KeyKind kind = format::KeyKind::Write);
+  // Through or around: the backing device first (direct_write.cc).
+  void write_direct(const Request& request, RequestCompletion* completion, const Timing& timing, WriteRoute route);
+  // After the backing device has the data: the cache takes it (through) or forgets the range.
+  int finish_direct_write(const Request& request, WriteRoute route);
+  // Drops the clean cached data of a range (dirty data stays: it is newer than the device's).
+  void forget_clean(const Request& request);
+  void flush(RequestCompletion* completion, const Timing& timing);
   // Makes the staged writes durable and visible, then completes them.
   void commit_staged_writes();
   int write_zeroes(const Request& request);
-  void read(const Request& request, RequestCompletion* completion, const Timing& timing);
+  // sequential: the read is part of a stream past the cutoff (its misses are not filled).
+  void read(const Request& request, RequestCompletion* completion, const Timing& timing, bool sequential);
   void discard(const Request& request, RequestCompletion* completion, const Timing& timing);
   // Journals keys (sequence numbers assigned here), makes them durable, applies them to the index
   // and publishes them to writeback.
@@ -79,6 +101,8 @@ class EngineQueue final : public CacheQueue {
   pmem::PmemWriter writer_;
   JournalWriter journal_;
   QueueCounters counters_;
+  TunablesView tunables_;
+  SequentialDetector sequential_;
   std::vector<format::Key> keys_;
   std::vector<GapRecord> gap_scratch_;
   struct StagedWrite {

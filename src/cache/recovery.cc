@@ -170,6 +170,7 @@ Status Engine::recover() {
                     static_cast<uint32_t>(format::kSegmentHeaderSize)};
   }
   next_seq_ = std::max(next_seq, control.clean_horizon);
+  run_first_seq_ = next_seq_.load();
   recovered_keys_ = live.size();
 
   if (control.flags & format::ControlArea::kCleanShutdown) {

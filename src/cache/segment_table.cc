@@ -70,6 +70,13 @@ std::vector<uint32_t> SegmentTable::reclaimable_data(uint64_t horizon, size_t li
   return candidates;
 }
 
+uint32_t SegmentTable::dirty_data_segments(uint64_t horizon) const {
+  std::lock_guard lock(mutex_);
+  return static_cast<uint32_t>(std::count_if(segments_.begin(), segments_.end(), [horizon](const SegmentInfo& info) {
+    return info.use == SegmentUse::Data && (!info.sealed || info.max_dirty_seq >= horizon);
+  }));
+}
+
 uint32_t SegmentTable::count_of(SegmentUse use) const {
   std::lock_guard lock(mutex_);
   return static_cast<uint32_t>(std::count_if(segments_.begin(), segments_.end(),

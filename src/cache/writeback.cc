@@ -46,7 +46,7 @@ class GroupedCompletion final : public io::CompletionHandler {
 
 Writeback::Writeback(Engine& engine)
     : engine_(engine), writer_(engine.make_writer()), bounce_(aligned_buffer(kDefaultBounce), std::free),
-      bounce_size_(kDefaultBounce) {
+      bounce_size_(kDefaultBounce), tunables_(engine.tunables_) {
   auto ring = io::Ring::create(128);
   if (!ring.ok()) {
     spdlog::critical("cache on {}: writeback cannot start: {}", engine.options_.region_path, ring.status().message());
@@ -84,6 +84,34 @@ void Writeback::add_to(CacheStats& stats) const {
   stats.gc_runs = gc_runs_.load();
   stats.segments_reclaimed = reclaimed_.load();
   stats.writeback_stalled = stalled_.load();
+  stats.writeback_eager = eager_.load();
+}
+
+Writeback::Pace Writeback::pace(const Tunables& tunables) {
+  const auto now = std::chrono::steady_clock::now();
+  // Eager from the high watermark down to the low one.
+  const SegmentTable& segments = *engine_.segments_;
+  const uint64_t dirty_percent =
+      uint64_t{segments.dirty_data_segments(engine_.clean_horizon_.load())} * 100 / std::max(1u, segments.count());
+  if (dirty_percent >= tunables.writeback_high) eager_ = true;
+  if (dirty_percent <= tunables.writeback_low) eager_ = false;
+  // Idle: no foreground request for writeback_idle_ms.
+  const uint64_t requests = engine_.foreground_requests();
+  if (requests != last_requests_) {
+    last_requests_ = requests;
+    last_activity_ = now;
+  }
+  const bool idle = tunables.writeback_idle_ms != 0 &&
+                    now - last_activity_ >= std::chrono::milliseconds(tunables.writeback_idle_ms);
+  // The token bucket refills at the rate, holding at most one second's worth.
+  const double rate = static_cast<double>(tunables.writeback_rate);
+  tokens_ = std::min(rate, tokens_ + rate * std::chrono::duration<double>(now - last_refill_).count());
+  last_refill_ = now;
+  if (tunables.writeback_rate == 0 || eager_ || idle || urgent_.load() > 0 || gc_needed(tunables)) {
+    return {true, SIZE_MAX};
+  }
+  if (tokens_ < 1) return {false, 0};
+  return {true, static_cast<size_t>(tokens_)};
 }
 
 void Writeback::run() {
@@ -92,16 +120,22 @@ void Writeback::run() {
       std::lock_guard lock(mutex_);
       if (stop_) return;
     }
-    const bool progressed = write_back_batch();
+    const Tunables& tunables = tunables_.get();
+    const Pace allowed = pace(tunables);
+    const bool progressed = allowed.go && write_back_batch(allowed.budget);
     reclaim_journals();
-    collect_garbage();
+    collect_garbage(tunables);
     progress_.notify_all();
     if (progressed && consecutive_failures_ == 0) continue;
     std::unique_lock lock(mutex_);
-    // After a failure, back off (50 ms doubling to 5 s) before retrying the same data.
-    const auto pause = consecutive_failures_ == 0
-                           ? std::chrono::duration_cast<std::chrono::milliseconds>(engine_.options_.writeback_interval)
-                           : std::chrono::milliseconds(std::min(5000u, 50u << std::min(consecutive_failures_.load(), 7u)));
+    // After a failure, back off (50 ms doubling to 5 s) before retrying the same data. When the
+    // rate limit holds writeback back, the pause lets the bucket refill.
+    auto pause = std::chrono::duration_cast<std::chrono::milliseconds>(engine_.options_.writeback_interval);
+    if (consecutive_failures_ > 0) {
+      pause = std::chrono::milliseconds(std::min(5000u, 50u << std::min(consecutive_failures_.load(), 7u)));
+    } else if (!allowed.go) {
+      pause = std::max(pause, std::chrono::milliseconds(10));
+    }
     wake_.wait_for(lock, pause, [&] { return stop_ || kicked_; });
     kicked_ = false;
   }
@@ -112,8 +146,10 @@ void Writeback::grow_bounce(size_t bytes) {
   bounce_size_ = bytes;
 }
 
-void Writeback::collect(std::vector<Piece>& pieces, std::vector<CursorUpdate>& cursors) {
+void Writeback::collect(size_t budget, std::vector<Piece>& pieces, std::vector<CursorUpdate>& cursors,
+                        bool& written_through) {
   const uint64_t horizon = engine_.clean_horizon_.load();
+  const size_t limit = std::min(budget, bounce_size_);
   size_t used = 0;
   std::map<uint64_t, uint64_t> taken;  // sector ranges already in the batch: start -> end
   auto overlaps = [&](uint64_t begin, uint64_t end) {
@@ -122,7 +158,7 @@ void Writeback::collect(std::vector<Piece>& pieces, std::vector<CursorUpdate>& c
     return it != taken.end() && it->first < end;
   };
   std::vector<format::Key> keys;
-  for (uint32_t slot = 0; slot < format::kMaxJournals && used < bounce_size_; ++slot) {
+  for (uint32_t slot = 0; slot < format::kMaxJournals && used < limit; ++slot) {
     JournalState& journal = engine_.journals_[slot];
     JournalPosition cursor, published;
     {
@@ -134,12 +170,17 @@ void Writeback::collect(std::vector<Piece>& pieces, std::vector<CursorUpdate>& c
     if (cursor == published) continue;
     JournalReader reader(*engine_.region_, engine_.superblock_, slot, cursor);
     JournalPosition done = cursor;
-    while (used < bounce_size_ && reader.next(keys, &published)) {
+    while (used < limit && reader.next(keys, &published)) {
       const size_t mark = pieces.size();
       const size_t used_mark = used;
       bool fits = true;
       for (const format::Key& key : keys) {
         if (key.seq < horizon || key.kind == format::KeyKind::Discard) continue;
+        if (key.kind == format::KeyKind::WrittenThrough && key.seq >= engine_.run_first_seq_) {
+          // Its data reached the device before the key was written: only the flush is owed.
+          written_through = true;
+          continue;
+        }
         // The parts of the key no newer key has replaced, copied while the shard lock keeps them
         // from being replaced or evicted under us.
         engine_.index_.lookup(key.sector, key.sectors, [&](const std::vector<cache::Piece>& found, uint64_t) {
@@ -182,6 +223,7 @@ void Writeback::collect(std::vector<Piece>& pieces, std::vector<CursorUpdate>& c
 }
 
 int Writeback::write_and_flush(const std::vector<Piece>& pieces) {
+  // With no pieces this is the flush alone (keys whose data was written through).
   Completions group;
   std::vector<std::unique_ptr<GroupedCompletion>> handlers;
   size_t i = 0;
@@ -213,11 +255,12 @@ int Writeback::write_and_flush(const std::vector<Piece>& pieces) {
   return group.error;
 }
 
-bool Writeback::write_back_batch() {
+bool Writeback::write_back_batch(size_t budget) {
   std::vector<Piece> pieces;
   std::vector<CursorUpdate> cursors;
-  collect(pieces, cursors);
-  if (!pieces.empty()) {
+  bool written_through = false;
+  collect(budget, pieces, cursors, written_through);
+  if (!pieces.empty() || written_through) {
     const int result = write_and_flush(pieces);
     if (result != 0) {
       errors_.fetch_add(1);
@@ -233,6 +276,7 @@ bool Writeback::write_back_batch() {
     }
     uint64_t bytes = 0;
     for (const Piece& piece : pieces) bytes += uint64_t{piece.sectors} * kSectorSize;
+    tokens_ -= static_cast<double>(bytes);
     bytes_.fetch_add(bytes);
     batches_.fetch_add(1);
   }
@@ -302,19 +346,19 @@ void Writeback::reclaim_journals() {
   for (uint32_t segment : released) engine_.segments_->release(segment);
 }
 
-bool Writeback::gc_needed() const {
+bool Writeback::gc_needed(const Tunables& tunables) const {
   const SegmentTable& segments = *engine_.segments_;
   const uint64_t total = segments.count();
   const uint64_t used = total - segments.free_count();
-  return segments.waiters() > 0 || used * 100 > total * engine_.gc_threshold();
+  return segments.waiters() > 0 || used * 100 > total * tunables.gc_threshold;
 }
 
-void Writeback::collect_garbage() {
-  if (!gc_needed()) return;
+void Writeback::collect_garbage(const Tunables& tunables) {
+  if (!gc_needed(tunables)) return;
   SegmentTable& segments = *engine_.segments_;
   const uint64_t total = segments.count();
   const uint64_t used = total - segments.free_count();
-  const uint64_t allowed = total * engine_.gc_threshold() / 100;
+  const uint64_t allowed = total * tunables.gc_threshold / 100;
   const size_t wanted = std::clamp<size_t>(used > allowed ? used - allowed : 1, 1, kMaxSegmentsPerGc);
   const std::vector<uint32_t> victims = segments.reclaimable_data(engine_.clean_horizon_.load(), wanted);
   if (victims.empty()) return;
@@ -338,11 +382,14 @@ void Writeback::collect_garbage() {
 Status Writeback::write_back_everything() {
   const uint64_t target = engine_.next_seq_.load();
   const uint64_t failures_before = errors_.load();
+  // Someone waits: no rate limit until it is done.
+  urgent_.fetch_add(1);
   kick();
   std::unique_lock lock(mutex_);
   progress_.wait(lock, [&] {
     return stop_ || engine_.clean_horizon_.load() >= target || errors_.load() - failures_before >= kFailuresBeforeGivingUp;
   });
+  urgent_.fetch_sub(1);
   if (engine_.clean_horizon_.load() >= target) return Status();
   if (stop_) return Status::error(ESHUTDOWN, "writeback stopped");
   return Status::error(last_error_ != 0 ? last_error_ : EIO,

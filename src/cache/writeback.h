@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cache/journal.h"
+#include "cache/tunables_store.h"
 #include "io/ring.h"
 #include "pcached/cache.h"
 #include "pcached/pmem_writer.h"
@@ -44,27 +45,45 @@ class Writeback {
   };
 
   void run();
-  // One round: collect, write, flush, advance. Returns true when it wrote or advanced anything.
-  bool write_back_batch();
+  // Whether this round may write back, and how many bytes (the rate limit's tokens), from the
+  // watermarks, idleness, waiting flushes and GC pressure.
+  struct Pace {
+    bool go;
+    size_t budget;
+  };
+  Pace pace(const Tunables& tunables);
+  // One round: collect up to budget bytes, write, flush, advance. Returns true when it wrote or
+  // advanced anything.
+  bool write_back_batch(size_t budget);
   struct CursorUpdate {
     uint32_t slot;
     JournalPosition position;
   };
-  // Gathers whole key sets from the journals, copying their live data into the bounce buffer.
-  void collect(std::vector<Piece>& pieces, std::vector<CursorUpdate>& cursors);
+  // Gathers whole key sets from the journals, copying their live data into the bounce buffer;
+  // written_through is set when it passed keys whose data is on the device but maybe unflushed.
+  void collect(size_t budget, std::vector<Piece>& pieces, std::vector<CursorUpdate>& cursors, bool& written_through);
   void grow_bounce(size_t bytes);
   // Writes the pieces (adjacent ones coalesced), then flushes; 0 or a negative errno.
   int write_and_flush(const std::vector<Piece>& pieces);
   void advance_horizon();
   void reclaim_journals();
-  void collect_garbage();
-  bool gc_needed() const;
+  void collect_garbage(const Tunables& tunables);
+  bool gc_needed(const Tunables& tunables) const;
 
   Engine& engine_;
   std::unique_ptr<io::Ring> ring_;
   pmem::PmemWriter writer_;
   std::unique_ptr<std::byte, void (*)(void*)> bounce_;
   size_t bounce_size_ = 0;
+  TunablesView tunables_;  // the worker thread's copy
+
+  // Pacing, on the worker thread.
+  double tokens_ = 0;
+  std::chrono::steady_clock::time_point last_refill_ = std::chrono::steady_clock::now();
+  uint64_t last_requests_ = 0;
+  std::chrono::steady_clock::time_point last_activity_ = std::chrono::steady_clock::now();
+  std::atomic<unsigned> urgent_{0};  // write_back_everything() callers waiting
+  std::atomic<bool> eager_{false};   // between the watermarks, coming down from the high one
 
   std::thread thread_;
   mutable std::mutex mutex_;

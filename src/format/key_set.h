@@ -18,7 +18,12 @@ enum class KeyKind : uint8_t {
   Write = 1,    // sectors hold data at (segment, offset)
   Zero = 2,     // sectors read as zeros (write-zeroes); no data in the region
   Discard = 3,  // sectors are no longer cached; their content is undefined
+  // Like Write, but the data was on the backing device before the key was written (writethrough):
+  // writeback need not copy it again, only flush the device before the key counts as clean.
+  WrittenThrough = 4,
 };
+
+inline bool has_data(KeyKind kind) { return kind == KeyKind::Write || kind == KeyKind::WrittenThrough; }
 
 inline constexpr uint32_t kMaxKeySectors = (1u << 28) - 1;
 

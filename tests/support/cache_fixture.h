@@ -30,6 +30,8 @@ struct CacheFiles {
     options.segment_size = 1 * MiB;
     options.copy_policy.spec = pmem::parse_policy_spec("nt").value();
     options.writeback_interval = std::chrono::milliseconds(1);
+    // Tests write long sequential runs to fill the cache; the cutoff's own tests turn it on.
+    options.tunables.sequential_cutoff = 0;
     return options;
   }
 };

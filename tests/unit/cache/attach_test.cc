@@ -124,8 +124,8 @@ TEST_CASE("bad geometry and settings are refused with the reason", "[cache][atta
   SECTION("a GC threshold above 90%") {
     CacheFiles files(kRegionBytes, kBackingBytes);
     cache::CacheOptions options = files.options(true);
-    options.gc_threshold_percent = 95;
-    expect_refusal(options, "GC threshold 95% is out of range (0-90)");
+    options.tunables.gc_threshold = 95;
+    expect_refusal(options, "gc_threshold: '95' is not a percentage from 0 to 90");
   }
   SECTION("a backing path that does not exist") {
     CacheFiles files(kRegionBytes, kBackingBytes);

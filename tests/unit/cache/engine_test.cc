@@ -6,6 +6,7 @@
 #include "backing/backing_device.h"
 #include "format/layout.h"
 #include "support/cache_fixture.h"
+#include "support/reference_model.h"
 
 using namespace pcached;
 using namespace pcached::testing;
@@ -15,88 +16,6 @@ namespace {
 constexpr uint64_t kRegionBytes = format::kDataStart + 16 * MiB;  // 16 segments of 1 MiB
 constexpr uint64_t kBackingBytes = 32 * MiB;
 constexpr uint64_t kBackingSectors = kBackingBytes / kSector;
-
-// What every sector should read as: the id of the write that last wrote it (0: zeros).
-class Model {
- public:
-  explicit Model(uint64_t sectors) : ids_(sectors, 0) {}
-  void write(uint64_t sector, uint32_t sectors, uint64_t id) { std::fill_n(ids_.begin() + sector, sectors, id); }
-  uint64_t at(uint64_t sector) const { return ids_[sector]; }
-
-  // Where buffer differs from what the model says; empty when it does not.
-  std::string mismatch(uint64_t sector, uint32_t sectors, const std::vector<std::byte>& buffer) const {
-    for (uint32_t i = 0; i < sectors; ++i) {
-      const uint64_t got = decode_sector(buffer.data() + i * kSector, sector + i);
-      if (got != ids_[sector + i]) {
-        return "sector " + std::to_string(sector + i) + " holds write " + std::to_string(got) + ", expected " +
-               std::to_string(ids_[sector + i]);
-      }
-    }
-    return {};
-  }
-  void check(uint64_t sector, uint32_t sectors, const std::vector<std::byte>& buffer) const {
-    REQUIRE(mismatch(sector, sectors, buffer).empty());
-  }
-
- private:
-  std::vector<uint64_t> ids_;
-};
-
-void check_everything(frontend::SyncQueue& queue, const Model& model, uint64_t from, uint64_t to) {
-  std::vector<std::byte> buffer(256 * kSector);
-  for (uint64_t sector = from; sector < to; sector += 256) {
-    const auto sectors = static_cast<uint32_t>(std::min<uint64_t>(256, to - sector));
-    REQUIRE(queue.read(sector, sectors, buffer.data()) == static_cast<int>(sectors * kSector));
-    model.check(sector, sectors, buffer);
-  }
-}
-
-// A random mix of writes, reads, discards, write-zeroes and flushes over [from, to), every read
-// compared with the model. Discarded sectors may read as old data or as the backing device's, so
-// after a discard the workload writes the range again. Returns the first failure (no Catch
-// assertions: it also runs on several threads).
-std::string random_workload(frontend::SyncQueue& queue, Model& model, uint64_t from, uint64_t to, uint64_t seed,
-                            int operations, uint64_t id_base) {
-  std::mt19937_64 rng(seed);
-  uint64_t next_id = id_base;
-  std::vector<std::byte> buffer;
-  for (int op = 0; op < operations; ++op) {
-    const uint64_t sector = from + rng() % (to - from);
-    const auto sectors = static_cast<uint32_t>(1 + rng() % std::min<uint64_t>(rng() % 4 == 0 ? 512 : 16, to - sector));
-    const unsigned kind = static_cast<unsigned>(rng() % 100);
-    const std::string where = "seed " + std::to_string(seed) + " op " + std::to_string(op) + " (" +
-                              std::to_string(sector) + "+" + std::to_string(sectors) + "): ";
-    const int bytes = static_cast<int>(sectors * kSector);
-    auto write = [&] {
-      const uint64_t id = next_id++;
-      const auto data = pattern(id, sector, sectors);
-      if (int rc = queue.write(sector, sectors, data.data()); rc != bytes) return where + "write returned " + std::to_string(rc);
-      model.write(sector, sectors, id);
-      return std::string();
-    };
-    std::string failure;
-    if (kind < 50) {
-      failure = write();
-    } else if (kind < 88) {
-      buffer.assign(sectors * kSector, std::byte{0xCD});
-      if (int rc = queue.read(sector, sectors, buffer.data()); rc != bytes) {
-        failure = where + "read returned " + std::to_string(rc);
-      } else if (std::string m = model.mismatch(sector, sectors, buffer); !m.empty()) {
-        failure = where + "read: " + m;
-      }
-    } else if (kind < 93) {
-      if (int rc = queue.write_zeroes(sector, sectors); rc != 0) failure = where + "write-zeroes returned " + std::to_string(rc);
-      model.write(sector, sectors, 0);
-    } else if (kind < 97) {
-      if (int rc = queue.discard(sector, sectors); rc != 0) failure = where + "discard returned " + std::to_string(rc);
-      if (failure.empty()) failure = write();
-    } else if (int rc = queue.flush(); rc != 0) {
-      failure = where + "flush returned " + std::to_string(rc);
-    }
-    if (!failure.empty()) return failure;
-  }
-  return {};
-}
 
 }  // namespace
 
@@ -254,7 +173,7 @@ TEST_CASE("settings change at run time and bad values are refused", "[cache][eng
   auto cache = open_cache(files.options(true));
   auto queue = make_queue(*cache);
   REQUIRE(cache->set("read_miss_fill", "off").ok());
-  CHECK_FALSE(cache->read_miss_fill());
+  CHECK_FALSE(cache->tunables().read_miss_fill);
   std::vector<std::byte> buffer(8 * kSector);
   REQUIRE(queue->read(0, 8, buffer.data()) == 8 * 512);
   CHECK(cache->stats().fills == 0);
@@ -263,7 +182,7 @@ TEST_CASE("settings change at run time and bad values are refused", "[cache][eng
   CHECK(cache->stats().fills == 1);
 
   REQUIRE(cache->set("gc_threshold", "40").ok());
-  CHECK(cache->gc_threshold() == 40);
+  CHECK(cache->tunables().gc_threshold == 40);
   REQUIRE(cache->set("copy_policy", "clwb").ok());
   CHECK(cache->copy_policy_description().rfind("fixed clwb:", 0) == 0);
   const auto data = pattern(3, 64, 8);
@@ -277,13 +196,20 @@ TEST_CASE("settings change at run time and bad values are refused", "[cache][eng
   for (const Bad& bad : {Bad{"gc_threshold", "91", "not a percentage from 0 to 90"},
                          Bad{"gc_threshold", "-1", "not a percentage"}, Bad{"gc_threshold", "", "not a percentage"},
                          Bad{"read_miss_fill", "maybe", "is not on or off"},
+                         Bad{"mode", "writesideways", "not writeback, writethrough or writearound"},
+                         Bad{"sequential_cutoff", "-4M", "is not a size"},
+                         Bad{"promote_after", "0", "not a miss count from 1 to 255"},
+                         Bad{"writeback_low", "50", "must not exceed writeback_high"},
+                         Bad{"writeback_high", "101", "not a percentage from 0 to 100"},
+                         Bad{"writeback_rate", "fast", "not a rate in bytes per second"},
                          Bad{"copy_policy", "warp", "invalid copy policy"}, Bad{"colour", "blue", "unknown setting"}}) {
     INFO(bad.key << "=" << bad.value);
     const Status status = cache->set(bad.key, bad.value);
     REQUIRE_FALSE(status.ok());
     CHECK(status.message().find(bad.reason) != std::string::npos);
   }
-  CHECK(cache->gc_threshold() == 40);
+  CHECK(cache->tunables().gc_threshold == 40);
+  CHECK(cache->tunables().writeback_low == cache::Tunables{}.writeback_low);
 }
 
 TEST_CASE("a batch of writes completes together and behaves like the same writes one by one", "[cache][engine][batch]") {

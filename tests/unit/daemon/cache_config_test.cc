@@ -16,6 +16,9 @@ TEST_CASE("the state file round-trips and a missing one is empty", "[daemon][sta
   a.queues = 4;
   a.device_id = 3;
   a.copy_policy = "threshold:4K";
+  a.tunables.mode = cache::CacheMode::Writearound;
+  a.tunables.sequential_cutoff = 0;
+  a.tunables.writeback_rate = 64ull << 20;
   CacheConfig b = a;
   b.name = "slow.1";
   b.region = "/mnt/pmem/cache";
@@ -26,6 +29,7 @@ TEST_CASE("the state file round-trips and a missing one is empty", "[daemon][sta
   REQUIRE(loaded->size() == 2);
   CHECK(to_json(loaded->at(0)) == to_json(a));
   CHECK(to_json(loaded->at(1)) == to_json(b));
+  CHECK(loaded->at(0).tunables == a.tunables);
   CHECK(load_state(file.path() + ".absent")->empty());
 }
 
@@ -42,6 +46,28 @@ TEST_CASE("a damaged state file is refused with the reason", "[daemon][state][ba
   CHECK(load_state(file.path()).status().message().find("invalid cache name") != std::string::npos);
   write(R"({"version":1,"caches":[{"name":"a","region":"/a","backing":"/b","depth":0}]})");
   CHECK(load_state(file.path()).status().message().find("between 1 and 4096") != std::string::npos);
+  write(R"({"version":1,"caches":[{"name":"a","region":"/a","backing":"/b","settings":{"mode":"fast"}}]})");
+  CHECK(load_state(file.path()).status().message().find("'fast' is not writeback") != std::string::npos);
+  write(R"({"version":1,"caches":[{"name":"a","region":"/a","backing":"/b","settings":{"colour":"red"}}]})");
+  CHECK(load_state(file.path()).status().message().find("unknown setting 'colour'") != std::string::npos);
+  write(R"({"version":1,"caches":[{"name":"a","region":"/a","backing":"/b","settings":[1]}]})");
+  CHECK(load_state(file.path()).status().message().find("expected an object") != std::string::npos);
+  write(R"({"version":1,"caches":[{"name":"a","region":"/a","backing":"/b","gc_threshold":-3}]})");
+  CHECK(load_state(file.path()).status().message().find("gc_threshold: expected a string") != std::string::npos);
+}
+
+TEST_CASE("settings come from the add request's keys and from older state files", "[daemon][state]") {
+  // The previous state format kept gc_threshold and read_miss_fill as top-level values.
+  auto old = config_from_json(nlohmann::json::parse(
+      R"({"name":"a","region":"/a","backing":"/b","gc_threshold":55,"read_miss_fill":false})"));
+  REQUIRE(old.ok());
+  CHECK(old->tunables.gc_threshold == 55);
+  CHECK_FALSE(old->tunables.read_miss_fill);
+  auto added = config_from_json(nlohmann::json::parse(
+      R"({"name":"a","region":"/a","backing":"/b","settings":{"mode":"writethrough","sequential_cutoff":"8M"}})"));
+  REQUIRE(added.ok());
+  CHECK(added->tunables.mode == cache::CacheMode::Writethrough);
+  CHECK(added->tunables.sequential_cutoff == 8ull << 20);
 }
 
 TEST_CASE("cache names are checked", "[daemon][bad-input]") {

@@ -1,0 +1,327 @@
+// Cache policies: modes, the sequential cutoff, promotion, flush forwarding and writeback pacing,
+// each checked against what the backing device and the reference model hold.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <thread>
+
+#include "backing/backing_device.h"
+#include "format/layout.h"
+#include "support/cache_fixture.h"
+#include "support/reference_model.h"
+
+using namespace pcached;
+using namespace pcached::testing;
+
+namespace {
+
+constexpr uint64_t kRegionBytes = format::kDataStart + 16 * MiB;  // 16 segments of 1 MiB
+constexpr uint64_t kBackingBytes = 32 * MiB;
+constexpr uint64_t kBackingSectors = kBackingBytes / kSector;
+
+// The write id each sector of [sector, sector+sectors) holds on the backing file itself.
+uint64_t backing_id(const CacheFiles& files, uint64_t sector) {
+  const std::vector<std::byte> bytes = read_file(files.backing.path());
+  return decode_sector(bytes.data() + sector * kSector, sector);
+}
+
+cache::CacheOptions with_mode(const CacheFiles& files, cache::CacheMode mode) {
+  cache::CacheOptions options = files.options(true);
+  options.tunables.mode = mode;
+  return options;
+}
+
+// Polls until the predicate holds or five seconds pass.
+template <typename Predicate>
+bool eventually(Predicate predicate) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!predicate()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("writethrough: the backing device has every acknowledged write, and the cache serves it",
+          "[cache][policy][writethrough]") {
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  auto cache = open_cache(with_mode(files, cache::CacheMode::Writethrough));
+  auto queue = make_queue(*cache);
+  const auto data = pattern(7, 800, 16);
+  REQUIRE(queue->write(800, 16, data.data()) == 16 * 512);
+  // On the device at acknowledgement, without writeback.
+  CHECK(backing_id(files, 800) == 7);
+  CHECK(backing_id(files, 815) == 7);
+  std::vector<std::byte> buffer(16 * kSector);
+  REQUIRE(queue->read(800, 16, buffer.data()) == 16 * 512);
+  CHECK(decode_sector(buffer.data(), 800) == 7);
+  const cache::CacheStats stats = cache->stats();
+  CHECK(stats.read_hits == 1);
+  CHECK(stats.direct_writes == 1);
+  // Nothing is copied back: the data is already there; it only becomes clean after a flush.
+  REQUIRE(eventually([&] { return cache->stats().dirty_bytes == 0; }));
+  CHECK(cache->stats().writeback_bytes == 0);
+}
+
+TEST_CASE("writethrough: a failed backing write fails the request and leaves no stale copy",
+          "[cache][policy][writethrough][faults]") {
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  auto cache = open_cache(with_mode(files, cache::CacheMode::Writethrough));
+  auto queue = make_queue(*cache);
+  const auto old_data = pattern(1, 64, 8);
+  REQUIRE(queue->write(64, 8, old_data.data()) == 8 * 512);
+  // Until the device was flushed that data counts as dirty, and writes over it stay in the cache.
+  REQUIRE(eventually([&] { return cache->stats().dirty_bytes == 0; }));
+  cache->backing_faults().writes.count = 1;
+  const auto new_data = pattern(2, 64, 8);
+  CHECK(queue->write(64, 8, new_data.data()) == -EIO);
+  std::vector<std::byte> buffer(8 * kSector);
+  REQUIRE(queue->read(64, 8, buffer.data()) == 8 * 512);
+  CHECK(decode_sector(buffer.data(), 64) == 1);  // what the device holds
+  CHECK(cache->stats().direct_write_errors == 1);
+}
+
+TEST_CASE("writethrough: keys a crash left above the horizon are written back again after restart",
+          "[cache][policy][writethrough][crash]") {
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  {
+    auto cache = open_cache(with_mode(files, cache::CacheMode::Writethrough));
+    // The device acknowledges writes but every flush fails: it may lose them, and the cache must
+    // not count them clean.
+    cache->backing_faults().flushes.count = -1;
+    auto queue = make_queue(*cache);
+    const auto data = pattern(5, 2048, 64);
+    REQUIRE(queue->write(2048, 64, data.data()) == 64 * 512);
+    queue.reset();
+    cache->abandon();  // a crash
+  }
+  {
+    // The device lost its volatile cache: the write is gone from it.
+    std::FILE* backing = std::fopen(files.backing.path().c_str(), "r+b");
+    const std::vector<std::byte> zeros(64 * kSector);
+    std::fseek(backing, 2048 * kSector, SEEK_SET);
+    std::fwrite(zeros.data(), 1, zeros.size(), backing);
+    std::fclose(backing);
+  }
+  auto cache = open_cache(files.options(false));
+  REQUIRE(cache->flush_all().ok());
+  CHECK(backing_id(files, 2048) == 5);
+  CHECK(backing_id(files, 2111) == 5);
+}
+
+TEST_CASE("writearound: writes go to the device and cached copies of the range are dropped",
+          "[cache][policy][writearound]") {
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  auto cache = open_cache(with_mode(files, cache::CacheMode::Writearound));
+  auto queue = make_queue(*cache);
+  const auto first = pattern(1, 100, 8);
+  REQUIRE(queue->write(100, 8, first.data()) == 8 * 512);
+  CHECK(backing_id(files, 100) == 1);
+  std::vector<std::byte> buffer(8 * kSector);
+  REQUIRE(queue->read(100, 8, buffer.data()) == 8 * 512);  // a miss, filled
+  CHECK(cache->stats().fills == 1);
+  REQUIRE(queue->read(100, 8, buffer.data()) == 8 * 512);  // a hit
+  CHECK(cache->stats().read_hits == 1);
+  const auto second = pattern(2, 100, 8);
+  REQUIRE(queue->write(100, 8, second.data()) == 8 * 512);
+  REQUIRE(queue->read(100, 8, buffer.data()) == 8 * 512);
+  CHECK(decode_sector(buffer.data(), 100) == 2);  // never the stale cached copy
+  CHECK(cache->stats().read_misses == 2);
+  CHECK(cache->stats().writeback_bytes == 0);
+}
+
+TEST_CASE("leaving writeback writes the dirty data back before the switch returns", "[cache][policy][mode-switch]") {
+  for (const char* mode : {"writethrough", "writearound"}) {
+    DYNAMIC_SECTION(mode) {
+      CacheFiles files(kRegionBytes, kBackingBytes);
+      cache::CacheOptions options = files.options(true);
+      // Writeback held back: the data stays dirty until the switch forces it out.
+      options.tunables.writeback_rate = 1;
+      options.tunables.writeback_idle_ms = 0;
+      options.tunables.writeback_high = 100;
+      auto cache = open_cache(options);
+      auto queue = make_queue(*cache);
+      for (uint64_t sector = 0; sector < 4096; sector += 64) {
+        const auto data = pattern(sector + 1, sector, 64);
+        REQUIRE(queue->write(sector, 64, data.data()) == 64 * 512);
+      }
+      CHECK(cache->stats().dirty_bytes > 0);
+      REQUIRE(cache->set("mode", mode).ok());
+      CHECK(cache->tunables().mode == cache::parse_cache_mode(mode).value());
+      CHECK(cache->stats().dirty_bytes == 0);
+      for (uint64_t sector = 0; sector < 4096; sector += 64) CHECK(backing_id(files, sector + 63) == sector + 1);
+    }
+  }
+}
+
+TEST_CASE("random workloads stay correct while the mode changes under them", "[cache][policy][mode-switch][model]") {
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  auto cache = open_cache(files.options(true));
+  auto queue = make_queue(*cache);
+  Model model(kBackingSectors);
+  const char* modes[] = {"writethrough", "writeback", "writearound", "writeback", "writearound", "writethrough"};
+  uint64_t round = 0;
+  for (const char* mode : modes) {
+    INFO("mode " << mode);
+    Status switched;
+    std::thread switcher([&] { switched = cache->set("mode", mode); });
+    const std::string failure =
+        random_workload(*queue, model, 0, kBackingSectors, 4242 + round, 1500, 1'000'000 * (round + 1));
+    switcher.join();
+    REQUIRE(failure == "");
+    REQUIRE(switched.ok());
+    ++round;
+  }
+  check_everything(*queue, model, 0, kBackingSectors);
+  // Whatever the mode did, once everything is written back the device holds what the model says.
+  REQUIRE(cache->flush_all().ok());
+  queue.reset();
+  REQUIRE(cache->detach(false).ok());
+  const std::vector<std::byte> device = read_file(files.backing.path());
+  for (uint64_t sector = 0; sector < kBackingSectors; ++sector) {
+    if (decode_sector(device.data() + sector * kSector, sector) != model.at(sector)) {
+      FAIL("backing sector " << sector << " holds " << decode_sector(device.data() + sector * kSector, sector)
+                             << ", expected " << model.at(sector));
+    }
+  }
+}
+
+TEST_CASE("a sequential stream past the cutoff bypasses the cache unless its data is cached",
+          "[cache][policy][sequential]") {
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  cache::CacheOptions options = files.options(true);
+  options.tunables.sequential_cutoff = 1 * MiB;
+  auto cache = open_cache(options);
+  auto queue = make_queue(*cache);
+  // Cached ahead of the stream: 4 KiB at 3 MiB.
+  const uint64_t cached_sector = 3 * MiB / kSector;
+  const auto early = pattern(1, cached_sector, 8);
+  REQUIRE(queue->write(cached_sector, 8, early.data()) == 8 * 512);
+
+  // A 4 MiB sequential write in 128 KiB requests: the first MiB is cached, the rest goes around
+  // except where the cache already holds the range.
+  for (uint64_t sector = 0; sector < 4 * MiB / kSector; sector += 256) {
+    const auto data = pattern(100 + sector, sector, 256);
+    REQUIRE(queue->write(sector, 256, data.data()) == 256 * 512);
+  }
+  const cache::CacheStats stats = cache->stats();
+  CHECK(stats.bypassed_writes == 4 * 8 - 8 - 1);  // 32 requests: 8 within the cutoff, 1 cached
+  CHECK(stats.direct_writes == stats.bypassed_writes);
+  CHECK(backing_id(files, 2 * MiB / kSector) == 100 + 2 * MiB / kSector);  // went around
+  std::vector<std::byte> buffer(256 * kSector);
+  REQUIRE(queue->read(cached_sector, 256, buffer.data()) == 256 * 512);
+  CHECK(decode_sector(buffer.data(), cached_sector) == 100 + cached_sector);  // updated in the cache
+
+  // Random writes are not a stream.
+  const auto random = pattern(9, 50'000, 8);
+  REQUIRE(queue->write(50'000, 8, random.data()) == 8 * 512);
+  CHECK(cache->stats().bypassed_writes == stats.bypassed_writes);
+
+  // A long sequential read of uncached data is not filled past the cutoff.
+  const uint64_t fills_before = cache->stats().fills;
+  const uint64_t start = 8 * MiB / kSector;
+  for (uint64_t sector = start; sector < start + 4 * MiB / kSector; sector += 256) {
+    REQUIRE(queue->read(sector, 256, buffer.data()) == 256 * 512);
+  }
+  CHECK(cache->stats().fills - fills_before <= 8);  // only within the first MiB
+  CHECK(cache->stats().bypassed_reads == 24);
+  // The stream's tail was not filled: read alone (no stream), it misses again.
+  const uint64_t misses = cache->stats().read_misses;
+  REQUIRE(queue->read(start + 4 * MiB / kSector - 256, 256, buffer.data()) == 256 * 512);
+  CHECK(cache->stats().read_misses == misses + 1);
+}
+
+TEST_CASE("promote_after fills a block only once it has missed that many times", "[cache][policy][promotion]") {
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  cache::CacheOptions options = files.options(true);
+  options.tunables.promote_after = 3;
+  auto cache = open_cache(options);
+  auto queue = make_queue(*cache);
+  std::vector<std::byte> buffer(8 * kSector);
+  for (int miss = 1; miss <= 2; ++miss) {
+    REQUIRE(queue->read(4096, 8, buffer.data()) == 8 * 512);
+    CHECK(cache->stats().fills == 0);
+    CHECK(cache->stats().promotions_deferred == static_cast<uint64_t>(miss));
+  }
+  REQUIRE(queue->read(4096, 8, buffer.data()) == 8 * 512);
+  CHECK(cache->stats().fills == 1);
+  REQUIRE(queue->read(4096, 8, buffer.data()) == 8 * 512);
+  CHECK(cache->stats().read_hits == 1);
+}
+
+TEST_CASE("flushes reach the backing device only when foreground writes did", "[cache][policy][flush]") {
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  auto cache = open_cache(files.options(true));
+  auto queue = make_queue(*cache);
+  const auto data = pattern(1, 0, 8);
+  REQUIRE(queue->write(0, 8, data.data()) == 8 * 512);
+  REQUIRE(queue->flush() == 0);
+  CHECK(cache->stats().backing_flushes == 0);  // writeback: durable on pmem already
+
+  REQUIRE(cache->set("mode", "writearound").ok());
+  REQUIRE(queue->write(64, 8, data.data()) == 8 * 512);
+  cache->backing_faults().flushes.count = 1;
+  CHECK(queue->flush() == -EIO);  // the device could not make it durable: say so
+  REQUIRE(queue->flush() == 0);   // and try again on the next flush
+  CHECK(cache->stats().backing_flushes == 2);
+  REQUIRE(queue->flush() == 0);  // nothing new went to the device
+  CHECK(cache->stats().backing_flushes == 2);
+
+  // FUA: the write itself waits for a device flush.
+  cache::Request fua;
+  fua.op = cache::Op::Write;
+  fua.sector = 128;
+  fua.sectors = 8;
+  fua.buffer = const_cast<std::byte*>(data.data());
+  fua.fua = true;
+  REQUIRE(queue->execute(fua) == 8 * 512);
+  CHECK(cache->stats().backing_flushes == 3);
+}
+
+TEST_CASE("writeback keeps to its rate limit until the device is idle", "[cache][policy][writeback-control]") {
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  cache::CacheOptions options = files.options(true);
+  options.tunables.writeback_rate = 256 * KiB;
+  options.tunables.writeback_idle_ms = 0;
+  options.tunables.writeback_high = 100;
+  auto cache = open_cache(options);
+  auto queue = make_queue(*cache);
+  for (uint64_t sector = 0; sector < 8192; sector += 8) {
+    const auto data = pattern(sector + 1, sector, 8);
+    REQUIRE(queue->write(sector, 8, data.data()) == 8 * 512);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // At 256 KiB/s, half a second allows about 128 KiB (plus a second's burst at most).
+  const uint64_t written = cache->stats().writeback_bytes;
+  CHECK(written > 0);
+  CHECK(written <= 256 * KiB + 128 * KiB + 64 * KiB);
+  CHECK(cache->stats().dirty_bytes > 3 * MiB);
+  // Quiet for 50 ms counts as idle: writeback then runs at full speed.
+  REQUIRE(cache->set("writeback_idle_ms", "50").ok());
+  REQUIRE(eventually([&] { return cache->stats().dirty_bytes == 0; }));
+}
+
+TEST_CASE("writeback turns eager above the high watermark and calm below the low one",
+          "[cache][policy][writeback-control]") {
+  // 64 segments: writeback moves 4 MiB per round, fine enough to stop near the low watermark.
+  CacheFiles files(format::kDataStart + 64 * MiB, 64 * MiB);
+  cache::CacheOptions options = files.options(true);
+  options.tunables.writeback_rate = 1;  // practically paused unless eager
+  options.tunables.writeback_idle_ms = 0;
+  options.tunables.writeback_low = 10;
+  options.tunables.writeback_high = 40;
+  options.tunables.gc_threshold = 90;
+  auto cache = open_cache(options);
+  auto queue = make_queue(*cache);
+  // 40 of the 64 segments' worth of writes: past the high watermark.
+  for (uint64_t sector = 0; sector < 40 * MiB / kSector; sector += 256) {
+    const auto data = pattern(sector + 1, sector, 256);
+    REQUIRE(queue->write(sector, 256, data.data()) == 256 * 512);
+  }
+  REQUIRE(eventually([&] { return cache->stats().writeback_bytes > 20 * MiB; }));
+  REQUIRE(eventually([&] { return !cache->stats().writeback_eager; }));
+  // It stops around the low watermark, leaving some data dirty.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK(cache->stats().dirty_bytes > 0);
+}
