@@ -83,6 +83,7 @@ struct LatencySnapshot {
 };
 
 struct CacheStats {
+  CacheMode mode = CacheMode::Writeback;
   uint64_t capacity_bytes = 0;  // the data area of the region
   uint64_t device_bytes = 0;    // the backing device: the size of the cached block device
   uint32_t logical_block_size = 512;

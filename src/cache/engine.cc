@@ -370,6 +370,7 @@ CacheStats Engine::stats() const {
     s = retired_;
     for (const QueueCounters* queue : queues_) queue->add_to(s);
   }
+  s.mode = tunables_.get().mode;
   s.capacity_bytes = uint64_t{superblock_.segment_count} * superblock_.segment_size;
   s.device_bytes = backing_->size();
   s.logical_block_size = backing_->logical_block_size();

@@ -66,6 +66,33 @@ std::vector<MetricFamily> cache_families(const std::vector<CacheSample>& caches)
   counter("pcached_write_zeroes_requests_total", "Write-zeroes requests.", [](const S& s) { return s.write_zeroes; });
   counter("pcached_flush_requests_total", "Flush requests.", [](const S& s) { return s.flushes; });
   counter("pcached_fill_bytes_total", "Bytes put in the cache after read misses.", [](const S& s) { return s.fill_bytes; });
+  counter("pcached_promotions_deferred_total", "Read misses not put in the cache yet (promote_after).",
+          [](const S& s) { return s.promotions_deferred; });
+  {
+    FamilyBuilder bypassed(out, "pcached_bypassed_requests_total",
+                           "Requests of sequential streams past the cutoff that bypassed the cache.", MetricType::Counter);
+    for (const CacheSample& c : caches) {
+      bypassed.add(c, static_cast<double>(c.stats.bypassed_reads), {{"op", "read"}});
+      bypassed.add(c, static_cast<double>(c.stats.bypassed_writes), {{"op", "write"}});
+    }
+  }
+  counter("pcached_bypassed_bytes_total", "Bytes of requests that bypassed the cache.",
+          [](const S& s) { return s.bypassed_bytes; });
+  counter("pcached_backing_writes_total",
+          "Writes sent to the backing device in the foreground (writethrough, writearound, bypass).",
+          [](const S& s) { return s.direct_writes; });
+  counter("pcached_backing_write_errors_total", "Foreground writes the backing device failed.",
+          [](const S& s) { return s.direct_write_errors; });
+  counter("pcached_backing_flushes_total", "Flushes forwarded to the backing device after foreground writes.",
+          [](const S& s) { return s.backing_flushes; });
+  {
+    FamilyBuilder mode(out, "pcached_cache_mode", "1 for the cache's current mode, 0 for the others.", MetricType::Gauge);
+    for (const CacheSample& c : caches) {
+      for (auto m : {cache::CacheMode::Writeback, cache::CacheMode::Writethrough, cache::CacheMode::Writearound}) {
+        mode.add(c, c.stats.mode == m ? 1 : 0, {{"mode", std::string(cache::to_string(m))}});
+      }
+    }
+  }
   gauge("pcached_capacity_bytes", "Data capacity of the pmem region.", [](const S& s) { return s.capacity_bytes; });
   gauge("pcached_device_size_bytes", "Size of the cached device (the backing device).",
         [](const S& s) { return s.device_bytes; });
@@ -85,6 +112,8 @@ std::vector<MetricFamily> cache_families(const std::vector<CacheSample>& caches)
           [](const S& s) { return s.writeback_errors; });
   gauge("pcached_writeback_stalled", "1 while writeback keeps failing and retries with backoff.",
         [](const S& s) { return s.writeback_stalled ? 1 : 0; });
+  gauge("pcached_writeback_eager", "1 while dirty data is above the high watermark, on its way to the low one.",
+        [](const S& s) { return s.writeback_eager ? 1 : 0; });
   counter("pcached_gc_runs_total", "Segment garbage collection runs.", [](const S& s) { return s.gc_runs; });
   counter("pcached_gc_reclaimed_segments_total", "Segments reclaimed by GC.", [](const S& s) { return s.segments_reclaimed; });
   counter("pcached_writer_waits_total", "Writes that waited for a free segment.", [](const S& s) { return s.writer_waits; });
