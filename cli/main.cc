@@ -41,6 +41,13 @@ void print_list(const json& result) {
 void print_status(const json& s) {
   std::printf("%s: %s (%s)\n", text(s, "name").c_str(), text(s, "device").c_str(), text(s, "state").c_str());
   std::printf("  mode        %s\n", text(s, "mode").c_str());
+  if (s.contains("persistence_domain")) {
+    const bool at_risk = s.contains("volatile_writeback") && s["volatile_writeback"].get<bool>();
+    std::printf("  persistence %s: %s\n", text(s, "persistence_domain").c_str(),
+                at_risk ? "WRITEBACK ON MEMORY THAT MAY NOT SURVIVE POWER LOSS (--allow-volatile-writeback)"
+                : text(s, "mode") == "writeback" ? "dirty data survives power loss"
+                                                  : "the backing device stays complete");
+  }
   std::printf("  cache       %s (%s)\n  backing     %s (%s)\n", text(s, "region").c_str(), bytes(s, "capacity_bytes").c_str(),
               text(s, "backing").c_str(), bytes(s, "device_bytes").c_str());
   std::printf("  cached      %s, dirty %s\n", bytes(s, "cached_bytes").c_str(), bytes(s, "dirty_bytes").c_str());
@@ -141,7 +148,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> add_settings;
   std::vector<std::string> setting_keys = {"copy_policy"};
   for (std::string_view tunable : cache::tunable_names()) setting_keys.emplace_back(tunable);
-  bool format = false, force = false, allow_volatile = false, no_flush = false;
+  bool format = false, force = false, allow_volatile = false, allow_volatile_writeback = false, no_flush = false;
 
   CLI::App* add = app.add_subcommand("add", "create a cache and its /dev/ublkbN");
   add->add_option("--cache", cache_path, "pmem region: devdax device, fsdax file, or file")->required();
@@ -158,6 +165,9 @@ int main(int argc, char** argv) {
   add->add_flag("--format", format, "format the region (refused if it holds a cache, unless --force)");
   add->add_flag("--force", force, "format over an existing cache, or attach to a renumbered backing device");
   add->add_flag("--allow-volatile-region", allow_volatile, "accept a region without DAX (tests and demos only)");
+  add->add_flag("--allow-volatile-writeback", allow_volatile_writeback,
+                "allow writeback on a region whose persistence domain may not survive power loss "
+                "(recorded in the superblock)");
 
   CLI::App* remove = app.add_subcommand("remove", "write back dirty data and remove a cache");
   remove->add_option("target", name, "cache name or /dev/ublkbN")->required();
@@ -195,7 +205,8 @@ int main(int argc, char** argv) {
   if (add->parsed()) {
     request.command = "add";
     request.args = {{"cache", cache_path}, {"backing", backing_path}, {"depth", depth}, {"copy_policy", copy_policy},
-                    {"format", format}, {"force", force}, {"allow_volatile_region", allow_volatile}};
+                    {"format", format}, {"force", force}, {"allow_volatile_region", allow_volatile},
+                    {"allow_volatile_writeback", allow_volatile_writeback}};
     if (!name.empty()) request.args["name"] = name;
     if (queues != 0) request.args["queues"] = queues;
     // Settings are checked here too, so that a typo is a usage error before anything happens.

@@ -26,6 +26,7 @@ nlohmann::json to_json(const CacheConfig& c) {
           {"depth", c.depth},
           {"device_id", c.device_id},
           {"allow_volatile_region", c.allow_volatile_region},
+          {"allow_volatile_writeback", c.allow_volatile_writeback},
           {"segment_size", c.segment_size},
           {"copy_policy", c.copy_policy},
           {"settings", settings_json(c.tunables)}};
@@ -79,8 +80,9 @@ Result<CacheConfig> config_from_json(const nlohmann::json& doc) {
   auto depth = control::unsigned_arg(doc, "depth", c.depth, 1, 4096);
   auto segment = control::unsigned_arg(doc, "segment_size", c.segment_size, 1ull << 20, 1ull << 30);
   auto volatile_region = control::bool_arg(doc, "allow_volatile_region", false);
+  auto volatile_writeback = control::bool_arg(doc, "allow_volatile_writeback", false);
   for (const Status* status : {&name.status(), &region.status(), &backing.status(), &policy.status(), &queues.status(),
-                               &depth.status(), &segment.status(), &volatile_region.status()}) {
+                               &depth.status(), &segment.status(), &volatile_region.status(), &volatile_writeback.status()}) {
     if (!status->ok()) return *status;
   }
   c.name = name.value();
@@ -92,6 +94,7 @@ Result<CacheConfig> config_from_json(const nlohmann::json& doc) {
   c.depth = static_cast<unsigned>(depth.value());
   c.segment_size = segment.value();
   c.allow_volatile_region = volatile_region.value();
+  c.allow_volatile_writeback = volatile_writeback.value();
   if (Status status = read_tunables(doc, c.tunables); !status.ok()) return status;
   if (doc.contains("device_id") && doc["device_id"].is_number_integer()) c.device_id = doc["device_id"].get<int>();
   return c;

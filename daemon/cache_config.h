@@ -19,6 +19,7 @@ struct CacheConfig {
   unsigned depth = 128;
   int device_id = -1;  // the ublk device, once created
   bool allow_volatile_region = false;
+  bool allow_volatile_writeback = false;
   uint64_t segment_size = 16ull << 20;
   std::string copy_policy = "auto";
   cache::Tunables tunables;  // the state file's "settings": {name: text}

@@ -50,6 +50,7 @@ Status Daemon::open_cache(Managed& managed, bool format, bool force) const {
   options.format = format;
   options.force = force;
   options.allow_volatile_region = config.allow_volatile_region;
+  options.allow_volatile_writeback = config.allow_volatile_writeback;
   options.segment_size = config.segment_size;
   options.tunables = config.tunables;
   auto spec = pmem::parse_policy_spec(config.copy_policy);
@@ -219,6 +220,8 @@ nlohmann::json Daemon::describe(const Managed& managed, bool detailed) const {
   const cache::CacheStats s = managed.cache->stats();
   const cache::Tunables tunables = managed.cache->tunables();
   doc["mode"] = std::string(cache::to_string(tunables.mode));
+  doc["persistence_domain"] = s.persistence_domain;
+  doc["volatile_writeback"] = s.volatile_writeback;
   doc["capacity_bytes"] = s.capacity_bytes;
   doc["device_bytes"] = s.device_bytes;
   doc["cached_bytes"] = s.cached_bytes;

@@ -43,6 +43,9 @@ struct CacheOptions {
   // existing cache.
   bool force = false;
   bool allow_volatile_region = false;  // a page-granularity (non-DAX) region, for tests and demos
+  // Writeback although the region's persistence domain may not survive power loss (recorded in
+  // the superblock: later attaches keep it).
+  bool allow_volatile_writeback = false;
   uint64_t segment_size = 16 * MiB;    // used when formatting
   Tunables tunables;                   // mode, GC, promotion, sequential cutoff, writeback
   pmem::CopyPolicySettings copy_policy;  // scratch area is filled in by the engine
@@ -84,6 +87,8 @@ struct LatencySnapshot {
 
 struct CacheStats {
   CacheMode mode = CacheMode::Writeback;
+  std::string persistence_domain;        // of the region: cpu_cache, memory_controller, none, unknown, volatile/test
+  bool volatile_writeback = false;       // writeback allowed on a domain that may lose it (the override)
   uint64_t capacity_bytes = 0;  // the data area of the region
   uint64_t device_bytes = 0;    // the backing device: the size of the cached block device
   uint32_t logical_block_size = 512;

@@ -9,6 +9,7 @@
 #include <ctime>
 #include <random>
 
+#include "cache/persistence_policy.h"
 #include "cache/queue.h"
 #include "cache/writeback.h"
 #include "format/layout.h"
@@ -217,12 +218,23 @@ Result<Superblock> Engine::load_or_format(const CacheOptions& options, const pme
   if (copies[0].ok() || copies[1].ok()) {
     const unsigned good = copies[0].ok() ? 0 : 1;
     Superblock sb = copies[good].value();
-    if (copies[good ^ 1].ok() && !(copies[good ^ 1].value() == sb)) {
-      return Status::error(EBADMSG, "pmem region " + path + ": the two superblock copies disagree; refusing to attach");
+    bool repair = !copies[good ^ 1].ok();
+    if (!repair && !(copies[good ^ 1].value() == sb)) {
+      // Flags change after format: copy 0 first, then copy 1. A crash between the two leaves
+      // copies that differ in flags only, and copy 0 is the newer.
+      Superblock other = copies[good ^ 1].value();
+      other.flags = sb.flags;
+      if (!(other == sb)) {
+        return Status::error(EBADMSG, "pmem region " + path + ": the two superblock copies disagree; refusing to attach");
+      }
+      spdlog::warn("pmem region {}: superblock copies differ in their flags (an update cut short); taking copy 0", path);
+      repair = true;
     }
-    if (!copies[good ^ 1].ok()) {
-      spdlog::warn("pmem region {}: superblock copy {} is damaged ({}); rewriting it from copy {}", path, good ^ 1,
-                   copies[good ^ 1].status().message(), good);
+    if (repair) {
+      if (!copies[good ^ 1].ok()) {
+        spdlog::warn("pmem region {}: superblock copy {} is damaged ({}); rewriting it from copy {}", path, good ^ 1,
+                     copies[good ^ 1].status().message(), good);
+      }
       write_superblock_copy(writer, sb, good ^ 1);
     }
     if (sb.region_size > region.size()) {
@@ -270,12 +282,41 @@ Result<std::unique_ptr<Engine>> Engine::open(const CacheOptions& options) {
   auto policy = pmem::make_copy_policy(*region.value(), policy_settings);
   if (!policy.ok()) return policy.status();
 
+  // Writeback needs a region that keeps dirty data through a power cut (or the operator's
+  // override): checked before a format writes anything, and again with the superblock's record.
+  const pmem::PersistenceDomain domain = pmem::persistence_domain_of(*region.value());
+  if (options.format) {
+    if (Status status = check_mode_for_domain(options.region_path, domain, options.tunables.mode,
+                                              options.allow_volatile_writeback);
+        !status.ok()) {
+      return status;
+    }
+  }
   pmem::PmemWriter writer(*region.value(), *policy.value(), options.persist_observer);
   auto superblock = load_or_format(options, *region.value(), *backing.value(), writer);
   if (!superblock.ok()) return superblock.status();
+  const bool recorded = (superblock->flags & Superblock::kAllowVolatileWriteback) != 0;
+  if (Status status = check_mode_for_domain(options.region_path, domain, options.tunables.mode,
+                                            options.allow_volatile_writeback || recorded);
+      !status.ok()) {
+    return status;
+  }
+  if (options.allow_volatile_writeback && !recorded) {
+    superblock->flags |= Superblock::kAllowVolatileWriteback;
+    write_superblock_copy(writer, superblock.value(), 0);
+    write_superblock_copy(writer, superblock.value(), 1);
+  }
+  if (!pmem::survives_power_loss(domain)) {
+    spdlog::warn("pmem region {}: persistence domain {}: {}", options.region_path, pmem::to_string(domain),
+                 options.tunables.mode == CacheMode::Writeback
+                     ? "writeback allowed by --allow-volatile-writeback; dirty data is lost at a power cut"
+                     : "the backing device stays complete (" + std::string(to_string(options.tunables.mode)) + ")");
+  }
 
   auto engine = std::unique_ptr<Engine>(new Engine(options, std::move(region.value()), std::move(backing.value()),
                                                    std::move(policy.value()), superblock.value()));
+  engine->domain_ = domain;
+  engine->allow_volatile_writeback_ = options.allow_volatile_writeback || recorded;
   const auto started = std::chrono::steady_clock::now();
   if (Status status = engine->recover(); !status.ok()) return status;
   engine->recovery_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -371,6 +412,8 @@ CacheStats Engine::stats() const {
     for (const QueueCounters* queue : queues_) queue->add_to(s);
   }
   s.mode = tunables_.get().mode;
+  s.persistence_domain = std::string(pmem::to_string(domain_));
+  s.volatile_writeback = s.mode == CacheMode::Writeback && !pmem::survives_power_loss(domain_);
   s.capacity_bytes = uint64_t{superblock_.segment_count} * superblock_.segment_size;
   s.device_bytes = backing_->size();
   s.logical_block_size = backing_->logical_block_size();
@@ -420,6 +463,10 @@ Status Engine::set(const std::string& key, const std::string& value) {
   const Tunables before = tunables_.get();
   Tunables changed = before;
   if (Status status = apply_setting(changed, key, value); !status.ok()) return status.with_context(where);
+  if (Status status = check_mode_for_domain(options_.region_path, domain_, changed.mode, allow_volatile_writeback_);
+      !status.ok()) {
+    return status;
+  }
   tunables_.set(changed);
   writeback_->kick();
   if (before.mode == CacheMode::Writeback && changed.mode != CacheMode::Writeback) {

@@ -15,6 +15,7 @@
 #include "cache/promotion_filter.h"
 #include "cache/segment_table.h"
 #include "cache/tunables_store.h"
+#include "pcached/persistence_domain.h"
 #include "format/superblock.h"
 #include "pcached/cache.h"
 #include "pcached/copy_policy.h"
@@ -94,6 +95,8 @@ class Engine final : public Cache {
   // restart, and are written back like any other (the device may have lost them).
   uint64_t run_first_seq_ = 1;
   TunablesStore tunables_;
+  pmem::PersistenceDomain domain_ = pmem::PersistenceDomain::Unknown;
+  bool allow_volatile_writeback_ = false;  // the option, or the superblock's record of it
   PromotionFilter promotion_;
   // Data reached the backing device in the foreground since the last flush forwarded to it.
   std::atomic<bool> backing_unflushed_{false};

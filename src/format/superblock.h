@@ -25,6 +25,9 @@ struct BackingRecord {
 enum class CacheMode : uint32_t { Writeback = 0, Writethrough = 1, Writearound = 2 };
 
 struct Superblock {
+  // The operator accepted writeback on a region whose persistence domain may lose it.
+  static constexpr uint32_t kAllowVolatileWriteback = 1u << 0;
+
   uint32_t version = kFormatVersion;
   uint32_t flags = 0;
   std::array<uint8_t, 16> uuid{};

@@ -112,6 +112,14 @@ std::vector<MetricFamily> cache_families(const std::vector<CacheSample>& caches)
           [](const S& s) { return s.writeback_errors; });
   gauge("pcached_writeback_stalled", "1 while writeback keeps failing and retries with backoff.",
         [](const S& s) { return s.writeback_stalled ? 1 : 0; });
+  gauge("pcached_volatile_writeback",
+        "1 while writeback runs on a region whose persistence domain may not survive power loss (override).",
+        [](const S& s) { return s.volatile_writeback ? 1 : 0; });
+  {
+    FamilyBuilder domain(out, "pcached_persistence_domain_info", "The region's persistence domain (value 1).",
+                         MetricType::Gauge);
+    for (const CacheSample& c : caches) domain.add(c, 1, {{"domain", c.stats.persistence_domain}});
+  }
   gauge("pcached_writeback_eager", "1 while dirty data is above the high watermark, on its way to the low one.",
         [](const S& s) { return s.writeback_eager ? 1 : 0; });
   counter("pcached_gc_runs_total", "Segment garbage collection runs.", [](const S& s) { return s.gc_runs; });

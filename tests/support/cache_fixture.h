@@ -32,6 +32,8 @@ struct CacheFiles {
     options.writeback_interval = std::chrono::milliseconds(1);
     // Tests write long sequential runs to fill the cache; the cutoff's own tests turn it on.
     options.tunables.sequential_cutoff = 0;
+    // A /dev/shm file is a volatile/test region: writeback on it is the tests' explicit choice.
+    options.allow_volatile_writeback = true;
     return options;
   }
 };
