@@ -18,7 +18,7 @@ if modprobe ublk_drv 2>/dev/null && [[ -e /dev/ublk-control ]]; then
   truncate -s 256M "$work/pmem.img"
   truncate -s 512M "$work/backing.img"
   PATH="$PWD/build/daemon:$PWD/build/cli:$PATH" REGION="$work/pmem.img" BACKING="$work/backing.img" \
-    ADD_FLAGS="--allow-volatile-region --segment-size 4M" scripts/demo-workload.sh
+    ADD_FLAGS="--allow-volatile-region --allow-volatile-writeback --segment-size 4M" scripts/demo-workload.sh
 else
   echo "=== this kernel has no ublk: running the demo inside the test VM"
   exec python3 tests/vm/vm.py run tests/vm/guest_demo.sh --binary build/daemon/pcachedd --binary build/cli/pcached \

@@ -118,8 +118,8 @@ struct CacheStats {
 
   std::array<LatencySnapshot, kOpCount> latency{};
   // Copies into pmem by method (pmem::CopyMethod) and size class (pmem::size_class_bytes).
-  std::array<std::array<uint64_t, 12>, 3> copies{};
-  std::array<std::array<uint64_t, 12>, 3> copy_bytes{};
+  std::array<std::array<uint64_t, pmem::kSizeClassCount>, pmem::kCopyMethodCount> copies{};
+  std::array<std::array<uint64_t, pmem::kSizeClassCount>, pmem::kCopyMethodCount> copy_bytes{};
 };
 
 class Cache;

@@ -16,12 +16,15 @@ enum class CopyMethod : uint8_t {
   NonTemporal,  // streaming stores that bypass the cache (libpmem2 PMEM2_F_MEM_NONTEMPORAL)
   Clflushopt,   // cached copy, then clflushopt for every line written
   Clwb,         // cached copy, then clwb for every line written (line stays cached)
+  // Cached copy and no flush at all: only where the CPU caches are inside the persistence domain
+  // (eADR, libpmem2's byte store granularity); the fence still orders it.
+  Cached,
 };
-inline constexpr size_t kCopyMethodCount = 3;
+inline constexpr size_t kCopyMethodCount = 4;
 inline constexpr std::array<CopyMethod, kCopyMethodCount> kAllCopyMethods{
-    CopyMethod::NonTemporal, CopyMethod::Clflushopt, CopyMethod::Clwb};
+    CopyMethod::NonTemporal, CopyMethod::Clflushopt, CopyMethod::Clwb, CopyMethod::Cached};
 
-std::string_view to_string(CopyMethod method);  // "nt", "clflushopt", "clwb"
+std::string_view to_string(CopyMethod method);  // "nt", "clflushopt", "clwb", "cached"
 std::optional<CopyMethod> parse_copy_method(std::string_view name);
 
 // Size classes 512 B, 1 KiB, ..., 1 MiB. A request of len bytes belongs to the largest class not

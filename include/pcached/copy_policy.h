@@ -71,4 +71,8 @@ struct CopyPolicySettings {
 
 Result<std::unique_ptr<CopyPolicy>> make_copy_policy(const Region& region, const CopyPolicySettings& settings);
 
+// Whether a method can make stores durable on this region with this CPU: the flush instructions
+// must exist, and a copy without any flush needs an eADR (byte granularity) region.
+bool usable_on(const Region& region, CopyMethod method);
+
 }  // namespace pcached::pmem

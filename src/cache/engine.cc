@@ -275,13 +275,6 @@ Result<std::unique_ptr<Engine>> Engine::open(const CacheOptions& options) {
   if (!region.ok()) return region.status();
   auto backing = backing::BackingDevice::open(options.backing_path);
   if (!backing.ok()) return backing.status();
-
-  pmem::CopyPolicySettings policy_settings = options.copy_policy;
-  policy_settings.scratch_offset = format::kScratchOffset;
-  policy_settings.scratch_length = format::kScratchLength;
-  auto policy = pmem::make_copy_policy(*region.value(), policy_settings);
-  if (!policy.ok()) return policy.status();
-
   // Writeback needs a region that keeps dirty data through a power cut (or the operator's
   // override): checked before a format writes anything, and again with the superblock's record.
   const pmem::PersistenceDomain domain = pmem::persistence_domain_of(*region.value());
@@ -292,6 +285,13 @@ Result<std::unique_ptr<Engine>> Engine::open(const CacheOptions& options) {
       return status;
     }
   }
+
+  pmem::CopyPolicySettings policy_settings = options.copy_policy;
+  policy_settings.scratch_offset = format::kScratchOffset;
+  policy_settings.scratch_length = format::kScratchLength;
+  auto policy = pmem::make_copy_policy(*region.value(), policy_settings);
+  if (!policy.ok()) return policy.status();
+
   pmem::PmemWriter writer(*region.value(), *policy.value(), options.persist_observer);
   auto superblock = load_or_format(options, *region.value(), *backing.value(), writer);
   if (!superblock.ok()) return superblock.status();

@@ -156,12 +156,12 @@ std::vector<MetricFamily> cache_families(const std::vector<CacheSample>& caches)
     }
   }
   {
-    static constexpr const char* kMethods[3] = {"nt", "clflushopt", "clwb"};
+    static constexpr const char* kMethods[pmem::kCopyMethodCount] = {"nt", "clflushopt", "clwb", "cached"};
     FamilyBuilder copies(out, "pcached_pmem_copies_total", "Copies into pmem by method and size class.", MetricType::Counter);
     FamilyBuilder bytes(out, "pcached_pmem_copy_bytes_total", "Bytes copied into pmem by method and size class.",
                         MetricType::Counter);
     for (const CacheSample& c : caches) {
-      for (size_t m = 0; m < 3; ++m) {
+      for (size_t m = 0; m < pmem::kCopyMethodCount; ++m) {
         for (size_t k = 0; k < c.stats.copies[m].size(); ++k) {
           const std::vector<ClientMetric::Label> labels = {{"method", kMethods[m]},
                                                            {"size_class", std::to_string(512u << k)}};

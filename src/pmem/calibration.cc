@@ -18,7 +18,8 @@ std::vector<CopyMethod> methods_to_measure(const CalibrationOptions& options) {
   if (!options.methods.empty()) return options.methods;
   std::vector<CopyMethod> methods;
   for (CopyMethod method : kAllCopyMethods) {
-    if (cpu_features().supports(method)) methods.push_back(method);
+    // Without a region to ask, only methods that flush (no eADR assumed).
+    if (method != CopyMethod::Cached && cpu_features().supports(method)) methods.push_back(method);
   }
   return methods;
 }
@@ -66,7 +67,14 @@ CalibrationReport calibrate(const CopyProbe& probe, const CalibrationOptions& op
   return report;
 }
 
-CalibrationReport calibrate_region(PmemWriter& writer, const CalibrationOptions& options) {
+CalibrationReport calibrate_region(PmemWriter& writer, const CalibrationOptions& given) {
+  CalibrationOptions options = given;
+  if (options.methods.empty()) {
+    // Every method the region can use: on eADR that includes the cached copy without a flush.
+    for (CopyMethod method : kAllCopyMethods) {
+      if (usable_on(writer.region(), method)) options.methods.push_back(method);
+    }
+  }
   // Touch every scratch page first: page faults on a fresh file would otherwise be timed as copy
   // cost of whichever method happened to go first.
   writer.fill_nodrain(options.scratch_offset, 0, options.scratch_length);

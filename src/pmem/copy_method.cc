@@ -10,6 +10,8 @@ std::string_view to_string(CopyMethod method) {
       return "clflushopt";
     case CopyMethod::Clwb:
       return "clwb";
+    case CopyMethod::Cached:
+      return "cached";
   }
   return "unknown";
 }

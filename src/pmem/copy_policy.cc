@@ -2,6 +2,7 @@
 
 #include <cctype>
 
+#include "pcached/pmem_region.h"
 #include "pcached/units.h"
 #include "pmem/cpu_features.h"
 
@@ -12,7 +13,7 @@ namespace {
 constexpr std::string_view kThresholdPrefix = "threshold:";
 
 std::string spec_help() {
-  return "expected auto, nt, clflushopt, clwb or threshold:<size> (e.g. threshold:4K: non-temporal below "
+  return "expected auto, nt, clflushopt, clwb, cached (eADR only) or threshold:<size> (e.g. threshold:4K: non-temporal below "
          "4 KiB, cached copy + flush from 4 KiB up)";
 }
 
@@ -74,6 +75,11 @@ Result<PolicyTable> table_for_spec(const PolicySpec& spec) {
     }
   }
   return table;
+}
+
+bool usable_on(const Region& region, CopyMethod method) {
+  if (!cpu_features().supports(method)) return false;
+  return method != CopyMethod::Cached || region.granularity() == Granularity::Byte;
 }
 
 CopyPolicy::CopyPolicy(const PolicyTable& table, std::string origin) : origin_(std::move(origin)) {

@@ -52,6 +52,8 @@ bool CpuFeatures::supports(CopyMethod method) const {
       return clflushopt;
     case CopyMethod::Clwb:
       return clwb;
+    case CopyMethod::Cached:
+      return true;  // no instruction needed; whether the region allows it is usable_on()'s question
   }
   return false;
 }

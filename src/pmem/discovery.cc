@@ -55,9 +55,14 @@ NamespaceInfo describe(ndctl_namespace* ns) {
         }
       }
     }
+  } else if (ndctl_pfn* pfn = ndctl_namespace_get_pfn(ns)) {
+    // fsdax with a page map: the block device hangs off the pfn device, not the namespace.
+    info.align = ndctl_pfn_get_align(pfn);
+    if (const char* block = ndctl_pfn_get_block_device(pfn); block != nullptr && *block != '\0') {
+      info.device = std::string("/dev/") + block;
+    }
   } else if (const char* block = ndctl_namespace_get_block_device(ns); block != nullptr && *block != '\0') {
     info.device = std::string("/dev/") + block;
-    if (ndctl_pfn* pfn = ndctl_namespace_get_pfn(ns)) info.align = ndctl_pfn_get_align(pfn);
   }
   return info;
 }

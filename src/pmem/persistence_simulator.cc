@@ -22,7 +22,9 @@ constexpr size_t kWord = 8;
 }  // namespace
 
 PersistenceSimulator::PersistenceSimulator(const Region& region)
-    : region_(region), durable_(region.base(), region.base() + region.size()) {}
+    : region_(region),
+      eadr_(region.granularity() == Granularity::Byte),
+      durable_(region.base(), region.base() + region.size()) {}
 
 PersistenceSimulator::Line PersistenceSimulator::snapshot(uint64_t line) const {
   Line content;
@@ -63,7 +65,8 @@ bool PersistenceSimulator::cut_done() const {
 void PersistenceSimulator::on_store(uint64_t offset, size_t len, StoreKind kind) {
   std::lock_guard lock(mutex_);
   count_event();
-  if (kind == StoreKind::NonTemporal) {
+  if (kind == StoreKind::NonTemporal || eadr_) {
+    // On eADR a cached store is as good as a flushed one: durable once the thread fences.
     // Streaming stores leave nothing dirty in the cache (libpmem2 flushes the partial edge lines
     // it writes with ordinary stores), but they sit in write-combining buffers until a fence.
     capture(offset, len);

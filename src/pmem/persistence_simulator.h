@@ -4,7 +4,8 @@
 // line: a cached store leaves a line dirty (lost at a power cut unless the CPU happened to evict
 // it); a flush (clwb/clflushopt) or a streaming store captures the line, and the issuing thread's
 // next fence makes that capture durable. What the region held when the simulator was attached
-// counts as durable.
+// counts as durable. On an eADR region (byte granularity) the caches are persistent: a cached store
+// needs no flush, only the fence that drains the store buffer.
 #pragma once
 
 #include <array>
@@ -63,6 +64,7 @@ class PersistenceSimulator final : public PersistObserver {
   void capture(uint64_t offset, size_t len);
 
   const Region& region_;
+  const bool eadr_;  // byte granularity: the CPU caches are in the persistence domain
   mutable std::mutex mutex_;
   std::vector<std::byte> durable_;
   std::set<uint64_t> dirty_;                                        // line indexes

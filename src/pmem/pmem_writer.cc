@@ -48,6 +48,7 @@ void PmemWriter::flush_range(void* address, size_t len, CopyMethod method) {
       flush_clflushopt(address, len);
       return;
     case CopyMethod::NonTemporal:
+    case CopyMethod::Cached:  // only reached off eADR (a policy never picks it there): flush anyway
       flush_clflush(address, len);
       return;
   }
@@ -69,6 +70,10 @@ void PmemWriter::store(uint64_t offset, size_t len, CopyMethod method, Streaming
     // libpmem2 streams the aligned body and flushes the partial head and tail lines itself.
     streaming(dst);
     if (observer_ != nullptr) observer_->on_store(offset, len, StoreKind::NonTemporal);
+  } else if (method == CopyMethod::Cached && region_.granularity() == Granularity::Byte) {
+    // eADR: the CPU caches are persistent; the caller's fence is all the ordering it needs.
+    cached(dst);
+    if (observer_ != nullptr) observer_->on_store(offset, len, StoreKind::Cached);
   } else {
     cached(dst);
     if (observer_ != nullptr) observer_->on_store(offset, len, StoreKind::Cached);
@@ -94,7 +99,8 @@ void PmemWriter::fill_nodrain(uint64_t offset, uint8_t value, size_t len) {
 
 void PmemWriter::flush(uint64_t offset, size_t len) {
   assert(offset <= region_.size() && len <= region_.size() - offset);
-  if (len == 0) return;
+  // eADR: what is in the CPU caches is already in the persistence domain.
+  if (len == 0 || region_.granularity() == Granularity::Byte) return;
   flush_range(region_.base() + offset, len, default_flush_);
   if (observer_ != nullptr) observer_->on_flush(offset, len);
 }

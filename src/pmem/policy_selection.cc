@@ -35,7 +35,7 @@ Result<PolicyTable> usable_saved_table(const std::string& path, const Region& re
                                      " granularity, this region has " + to_string(region.granularity()));
   }
   for (CopyMethod method : saved->table) {
-    if (!cpu_features().supports(method)) {
+    if (!usable_on(region, method)) {
       return Status::error(ESTALE, "calibration " + path + " names " + std::string(to_string(method)) +
                                        ", which this CPU does not support");
     }
@@ -49,6 +49,15 @@ Result<std::unique_ptr<CopyPolicy>> make_copy_policy(const Region& region, const
   if (settings.spec.kind != PolicySpec::Kind::Auto) {
     Result<PolicyTable> table = table_for_spec(settings.spec);
     if (!table.ok()) return table.status().with_context("pmem region " + region.path());
+    for (CopyMethod method : table.value()) {
+      if (!usable_on(region, method)) {
+        return Status::error(ENOTSUP, "pmem region " + region.path() + ": copy method " +
+                                          std::string(to_string(method)) +
+                                          " leaves data in the CPU caches, which only an eADR region (byte store "
+                                          "granularity) keeps through a power cut; this region has " +
+                                          to_string(region.granularity()) + " granularity");
+      }
+    }
     return std::make_unique<CopyPolicy>(table.value(), "fixed " + to_string(settings.spec));
   }
 

@@ -73,8 +73,9 @@ class ForcedGranularity {
 
 // A file-backed region that takes the real flush paths (cache-line granularity).
 struct EmulatedPmem {
-  explicit EmulatedPmem(uint64_t size) : file(size) {
-    ForcedGranularity cache_line("CACHE_LINE");
+  // CACHE_LINE: ADR pmem (flushes needed); BYTE: eADR (CPU caches are persistent).
+  explicit EmulatedPmem(uint64_t size, const char* granularity = "CACHE_LINE") : file(size) {
+    ForcedGranularity forced(granularity);
     pmem::RegionOptions options;
     options.path = file.path();
     options.min_size = 0;

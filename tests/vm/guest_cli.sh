@@ -26,6 +26,17 @@ expect_exit 1 pcached add --cache /dev/dax0.0 --backing /dev/vda --format --name
 grep -q "already uses" /tmp/out
 dd if=/dev/urandom of="$dev" bs=64k count=64 oflag=direct 2>/dev/null || dd if=/dev/urandom of="$dev" bs=64k count=64 conv=fsync 2>/dev/null
 pcached status web | grep -q "queues      1 x depth 64"
+pcached status web | grep -q "persistence memory_controller: dirty data survives power loss"
+# Modes and policies at run time; leaving writeback writes the dirty data back first.
+pcached set web mode writethrough
+pcached --json status web | grep -q '"dirty_bytes": 0'
+pcached set web sequential_cutoff 1M
+pcached --json status web | grep -q '"sequential_cutoff": "1M"'
+dd if=/dev/urandom of="$dev" bs=128k count=32 oflag=direct 2>/dev/null
+pcached --json status web | grep -q '"mode": "writethrough"'
+expect_exit 1 pcached set web writeback_low 99
+grep -q "must not exceed writeback_high" /tmp/out
+pcached set web mode writeback
 pcached set web gc_threshold 50
 pcached --json status web | grep -q '"threshold_percent": 50'
 expect_exit 1 pcached set web gc_threshold 95

@@ -211,28 +211,33 @@ class Vm:
         self.kernel = ensure_kernel()
         self.base = base_initramfs(self.kernel)
 
-    def run(self, script, pmem, disk, binaries=(), timeout=600, kill_when=None, pmem_size="1G", label_size="128K"):
+    def run(self, script, pmem, disk, binaries=(), timeout=600, kill_when=None, pmem_size="1G", label_size="128K",
+            persistence="mem-ctrl", append=""):
         """Like boot(), but a guest kernel that panics before the test starts (seen rarely under TCG,
         in timer code, before any of our code runs) is booted once more: that is the emulator
         failing, not the test."""
-        result = self.boot(script, pmem, disk, binaries, timeout, kill_when, pmem_size, label_size)
+        settings = (pmem_size, label_size, persistence, append)
+        result = self.boot(script, pmem, disk, binaries, timeout, kill_when, *settings)
         if "PCACHED_VM_READY" not in result.output and "Kernel panic" in result.output:
             log("the guest kernel panicked before the test started; booting again")
-            result = self.boot(script, pmem, disk, binaries, timeout, kill_when, pmem_size, label_size)
+            result = self.boot(script, pmem, disk, binaries, timeout, kill_when, *settings)
         return result
 
-    def boot(self, script, pmem, disk, binaries, timeout, kill_when, pmem_size, label_size):
+    def boot(self, script, pmem, disk, binaries, timeout, kill_when, pmem_size, label_size, persistence, append):
         """Boots the guest with `pmem` (a file, the NVDIMM's backing) and `disk` (virtio disk), runs
         `script`; with kill_when (a regex), SIGKILLs qemu as soon as the guest prints a match (a power
-        cut) and returns status -1."""
+        cut) and returns status -1. `persistence` is what the NVDIMM's ACPI tables say survives power
+        loss (qemu's nvdimm-persistence: mem-ctrl, cpu, or None for nothing, which Linux reports as
+        an unknown domain); `append` adds kernel parameters."""
+        machine = "pc,nvdimm=on" + (f",nvdimm-persistence={persistence}" if persistence else "")
         work = tempfile.mkdtemp(prefix="pcached-vm-run-")
         initrd = os.path.join(work, "initrd.cpio")
         test_initramfs(self.base, script, binaries, initrd)
         command = ["qemu-system-x86_64", "-accel", "tcg,thread=multi", "-cpu", "max", "-smp", "2", "-nodefaults",
                    "-display", "none", "-monitor", "none", "-serial", "stdio", "-no-reboot",
                    "-kernel", self.kernel.vmlinuz, "-initrd", initrd,
-                   "-append", "console=ttyS0 quiet panic=-1 loglevel=4",
-                   "-machine", "pc,nvdimm=on", "-m", "2G,slots=2,maxmem=4G",
+                   "-append", ("console=ttyS0 quiet panic=-1 loglevel=4 " + append).strip(),
+                   "-machine", machine, "-m", "2G,slots=2,maxmem=4G",
                    "-object", f"memory-backend-file,id=mem1,share=on,mem-path={pmem},size={pmem_size},align=2M",
                    "-device", f"nvdimm,memdev=mem1,id=nv1,label-size={label_size}",
                    "-drive", f"file={disk},if=virtio,format=raw,cache=writeback"]
@@ -290,6 +295,9 @@ def main():
     run.add_argument("--disk", help="virtio disk image (default: a fresh 256 MiB file)")
     run.add_argument("--binary", action="append", default=[], help="a program to put in /usr/local/bin")
     run.add_argument("--timeout", type=int, default=600)
+    run.add_argument("--nvdimm-persistence", default="mem-ctrl",
+                     help="what the NVDIMM reports as its persistence domain: mem-ctrl, cpu, or none (not reported)")
+    run.add_argument("--append", default="", help="extra kernel parameters (e.g. memmap=256M!1G)")
     args = parser.parse_args()
     vm = Vm()
     if args.command == "prepare":
@@ -303,7 +311,9 @@ def main():
             make_file(pmem, 1 << 30)
         if not args.disk:
             make_file(disk, 256 << 20)
-        result = vm.run(args.script, pmem, disk, binaries=args.binary, timeout=args.timeout)
+        persistence = None if args.nvdimm_persistence == "none" else args.nvdimm_persistence
+        result = vm.run(args.script, pmem, disk, binaries=args.binary, timeout=args.timeout, persistence=persistence,
+                        append=args.append)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     log(f"guest script exited with {result.status} after {result.seconds:.1f} s")

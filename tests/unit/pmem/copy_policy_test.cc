@@ -46,7 +46,7 @@ TEST_CASE("bad policy specs are refused with a message that lists the choices", 
     CHECK(spec.status().code() == EINVAL);
     CHECK(spec.status().message().find("invalid copy policy") != std::string::npos);
   }
-  CHECK(parse_policy_spec("fast").status().message().find("auto, nt, clflushopt, clwb or threshold:<size>") !=
+  CHECK(parse_policy_spec("fast").status().message().find("auto, nt, clflushopt, clwb, cached (eADR only) or threshold:<size>") !=
         std::string::npos);
 }
 
@@ -107,6 +107,22 @@ TEST_CASE("a fixed spec gives its table without calibrating", "[pmem][policy]") 
   REQUIRE(policy.ok());
   CHECK(policy.value()->origin() == "fixed clwb");
   for (CopyMethod method : policy.value()->table()) CHECK(method == CopyMethod::Clwb);
+}
+
+TEST_CASE("the flushless cached copy is only for eADR regions", "[pmem][policy][eadr]") {
+  CopyPolicySettings settings;
+  settings.spec = parse_policy_spec("cached").value();
+  {
+    EmulatedPmem adr(16 * MiB, "CACHE_LINE");
+    auto refused = make_copy_policy(*adr.region, settings);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.status().message().find("only an eADR region (byte store granularity)") != std::string::npos);
+    CHECK(refused.status().message().find("cache-line granularity") != std::string::npos);
+  }
+  EmulatedPmem eadr(16 * MiB, "BYTE");
+  auto policy = make_copy_policy(*eadr.region, settings);
+  REQUIRE(policy.ok());
+  for (CopyMethod method : policy.value()->table()) CHECK(method == CopyMethod::Cached);
 }
 
 TEST_CASE("auto uses a saved calibration of this CPU and recalibrates over a foreign one", "[pmem][policy]") {

@@ -139,10 +139,11 @@ TEST_CASE("random keeping only ever adds unpersisted lines, and torn lines mix 8
 }
 
 TEST_CASE("the simulator follows a real writer through every copy method", "[pmem][simulator]") {
-  EmulatedPmem pmem(16 * MiB);
+  for (const char* granularity : {"CACHE_LINE", "BYTE"}) {
+  EmulatedPmem pmem(16 * MiB, granularity);
   for (CopyMethod method : kAllCopyMethods) {
-    if (!cpu_features().supports(method)) continue;
-    INFO(to_string(method));
+    if (!usable_on(*pmem.region, method)) continue;
+    INFO(granularity << " " << to_string(method));
     PersistenceSimulator simulator(*pmem.region);
     CopyPolicy policy(all(method), "test");
     PmemWriter writer(*pmem.region, policy, &simulator);
@@ -156,4 +157,31 @@ TEST_CASE("the simulator follows a real writer through every copy method", "[pme
     CHECK(simulator.unpersisted_lines() == 0);
     std::memset(pmem.region->base(), 0, 1 * MiB);
   }
+  }
+}
+
+TEST_CASE("on eADR a cached store needs no flush, but still the fence", "[pmem][simulator][eadr]") {
+  EmulatedPmem pmem(16 * MiB, "BYTE");
+  REQUIRE(pmem.region->granularity() == Granularity::Byte);
+  Scripted s(*pmem.region);
+  const std::byte kNew{0x42};
+  s.cached_store(1, kNew);
+  CHECK(line_is(s.simulator.image_after_power_cut({}), 1, std::byte{0}));  // still in the store buffer
+  s.fence();
+  CHECK(line_is(s.simulator.image_after_power_cut({}), 1, kNew));
+
+  // A real writer: the cached method issues no flush at all, and persist() none either.
+  struct Counting final : PersistObserver {
+    unsigned flushes = 0;
+    void on_store(uint64_t, size_t, StoreKind) override {}
+    void on_flush(uint64_t, size_t) override { ++flushes; }
+    void on_fence() override {}
+  } counting;
+  CopyPolicy policy(all(CopyMethod::Cached), "test");
+  PmemWriter writer(*pmem.region, policy, &counting);
+  std::vector<std::byte> data(4096, kNew);
+  writer.copy_nodrain(8192, data.data(), data.size());
+  writer.persist(0, 4096);
+  CHECK(counting.flushes == 0);
+  CHECK(writer.counters().copies[static_cast<size_t>(CopyMethod::Cached)][size_class_of(4096)] == 1);
 }
