@@ -20,9 +20,11 @@ ublk_params params_for(const cache::Cache& cache, uint32_t max_io_bytes) {
   params.types = UBLK_PARAM_TYPE_BASIC | UBLK_PARAM_TYPE_DISCARD;
   const uint32_t block = cache.logical_block_size();
   const auto block_shift = static_cast<uint8_t>(std::countr_zero(block));
-  // No volatile-cache attribute: an acknowledged write is already durable, so the kernel need
-  // not send flushes.
-  params.basic.attrs = 0;
+  // A write acknowledged from the cache is durable, but writethrough, writearound and sequential
+  // bypass put data on the backing device, whose own cache may be volatile; the mode can change
+  // at run time. So the kernel must send flushes and FUA for the engine to pass on (it completes
+  // a flush at once when nothing reached the device since the last one).
+  params.basic.attrs = UBLK_ATTR_VOLATILE_CACHE | UBLK_ATTR_FUA;
   params.basic.logical_bs_shift = block_shift;
   params.basic.physical_bs_shift = std::max<uint8_t>(block_shift, 12);
   params.basic.io_min_shift = block_shift;

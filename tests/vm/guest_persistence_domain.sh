@@ -26,6 +26,10 @@ expect_refusal --cache "$dax" --backing /dev/vda --format --name nvdimm
 dev=$(pcached add --cache "$dax" --backing /dev/vda --format --name nvdimm --mode writethrough)
 fio --name=wt --filename="$dev" --direct=1 --ioengine=libaio --iodepth=8 --rw=randwrite --bs=8k --size=16M \
     --verify=crc32c --do_verify=1 --verify_fatal=1 --randrepeat=0 --output-format=terse >/dev/null
+# Data went to the backing device: the kernel must send flushes, and they must reach it.
+grep -q "write back" /sys/block/$(basename "$dev")/queue/write_cache
+dd if=/dev/urandom of="$dev" bs=4k count=16 oflag=direct conv=fsync 2>/dev/null
+pcached --json status nvdimm | grep -q '"backing_flushes": [1-9]'
 pcached status nvdimm | tee /tmp/status
 grep -q "mode        writethrough" /tmp/status
 grep -q "persistence unknown: the backing device stays complete" /tmp/status
