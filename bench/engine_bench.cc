@@ -1,7 +1,9 @@
 // Engine benchmark, in process, no ublk: 4 KiB / 64 KiB / 1 MiB random and sequential writes and
 // cached reads on 1 and 2 queues (IOPS, MiB/s, latency percentiles), against the raw copy
 // bandwidth of the same region measured in the same run; plus the recovery time of a full cache
-// and the DRAM the index takes per extent.
+// and the DRAM the index takes per extent; the hit ratio of GC's cost-benefit victim choice against
+// FIFO on a skewed (zipf) read workload; and foreground write latency with writeback running
+// against writeback held back.
 //
 //   pcached-engine-bench [--json] [--quick] [--region-size 1G]
 #include <fcntl.h>
@@ -11,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -66,7 +69,7 @@ double percentile(std::vector<double>& sorted, double p) {
 
 // Runs one cell: each queue thread issues its share of I/O over its own slice of the working set.
 Cell run_cell(cache::Cache& cache, const std::string& op, const std::string& pattern, uint32_t block, unsigned queues,
-              uint64_t working_set, double seconds) {
+              uint64_t working_set, double seconds, uint64_t max_ops_per_queue = UINT64_MAX) {
   Cell cell{op, pattern, block, queues};
   std::vector<std::vector<double>> latencies(queues);
   std::vector<uint64_t> counts(queues, 0);
@@ -92,7 +95,7 @@ Cell run_cell(cache::Cache& cache, const std::string& op, const std::string& pat
       const uint64_t base = q * slice / 512;
       uint64_t next = 0;
       latencies[q].reserve(1 << 20);
-      while (Clock::now() - start < std::chrono::duration<double>(seconds)) {
+      while (Clock::now() - start < std::chrono::duration<double>(seconds) && counts[q] < max_ops_per_queue) {
         const uint64_t index = pattern == "random" ? rng() % blocks : next++ % blocks;
         const uint64_t sector = base + index * sectors;
         const auto t0 = Clock::now();
@@ -169,6 +172,93 @@ double index_bytes_per_extent(uint64_t extents) {
   return static_cast<double>(index->memory_bytes()) / static_cast<double>(index->extents());
 }
 
+cache::CacheOptions bench_options(const std::string& region, const std::string& backing, uint64_t region_size) {
+  cache::CacheOptions options;
+  options.region_path = region;
+  options.backing_path = backing;
+  options.format = true;
+  // The default 16 MiB segments, or smaller ones when a small region would hold too few.
+  options.segment_size = region_size >= 512 * MiB ? 16 * MiB : 2 * MiB;
+  // Sequential runs measure the engine, not the bypass to the backing file.
+  options.tunables.sequential_cutoff = 0;
+  options.allow_volatile_writeback = true;  // a /dev/shm file stands in for pmem
+  options.copy_policy.spec = pmem::parse_policy_spec("nt").value();
+  return options;
+}
+
+// Zipf-distributed 4 KiB block numbers over `blocks`, hot blocks scattered over the device.
+class ZipfBlocks {
+ public:
+  ZipfBlocks(uint64_t blocks, double theta, uint64_t seed) : cdf_(blocks), placement_(blocks), rng_(seed) {
+    double sum = 0;
+    for (uint64_t i = 0; i < blocks; ++i) cdf_[i] = (sum += 1.0 / std::pow(static_cast<double>(i + 1), theta));
+    for (double& value : cdf_) value /= sum;
+    for (uint64_t i = 0; i < blocks; ++i) placement_[i] = i;
+    std::shuffle(placement_.begin(), placement_.end(), rng_);
+  }
+  uint64_t next() {
+    const double u = std::uniform_real_distribution<double>(0, 1)(rng_);
+    const auto rank = static_cast<uint64_t>(std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin());
+    return placement_[std::min<uint64_t>(rank, placement_.size() - 1)];
+  }
+
+ private:
+  std::vector<double> cdf_;
+  std::vector<uint64_t> placement_;
+  std::mt19937_64 rng_;
+};
+
+// Read hit ratio of a zipf workload on a cache ten times smaller than the data, after a warm-up.
+double zipf_hit_ratio(const std::string& gc_policy, uint64_t reads) {
+  const uint64_t region_size = 64 * MiB, device_size = 512 * MiB;
+  TempFile region("zipf-region", region_size);
+  TempFile backing("zipf-backing", device_size);
+  cache::CacheOptions options = bench_options(region.path(), backing.path(), region_size);
+  if (!cache::apply_setting(options.tunables, "gc_policy", gc_policy).ok()) std::abort();
+  auto cache = cache::Cache::open(options).value();
+  double ratio = 0;
+  {
+    auto queue = frontend::SyncQueue::create(*cache).value();
+    ZipfBlocks blocks(device_size / 4096, 0.99, 11);
+    void* aligned = nullptr;
+    if (posix_memalign(&aligned, 4096, 4096) != 0) std::abort();
+    auto read = [&] {
+      if (queue->read(blocks.next() * 8, 8, static_cast<std::byte*>(aligned)) != 4096) std::abort();
+    };
+    for (uint64_t i = 0; i < reads; ++i) read();
+    const cache::CacheStats before = cache->stats();
+    for (uint64_t i = 0; i < reads; ++i) read();
+    const cache::CacheStats after = cache->stats();
+    ratio = static_cast<double>(after.read_hits - before.read_hits) / static_cast<double>(reads);
+    std::free(aligned);
+  }
+  cache->abandon();
+  return ratio;
+}
+
+// Foreground 4 KiB random writes (a fixed count, within the cache's room) with writeback running
+// flat out, and with writeback held back (rate limit of 1 byte/s, never idle, no watermark).
+std::pair<Cell, Cell> writeback_interference(uint64_t writes) {
+  const uint64_t region_size = 512 * MiB;
+  TempFile region("wb-region", region_size);
+  TempFile backing("wb-backing", region_size);
+  std::pair<Cell, Cell> cells;
+  for (bool held_back : {false, true}) {
+    cache::CacheOptions options = bench_options(region.path(), backing.path(), region_size);
+    options.force = true;  // the second run formats over the first
+    if (held_back) {
+      options.tunables.writeback_rate = 1;
+      options.tunables.writeback_idle_ms = 0;
+      options.tunables.writeback_high = 100;
+    }
+    auto cache = cache::Cache::open(options).value();
+    Cell cell = run_cell(*cache, "write", "random", 4096, 1, 64 * MiB, 60.0, writes);
+    (held_back ? cells.second : cells.first) = cell;
+    cache->abandon();
+  }
+  return cells;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -190,15 +280,7 @@ int main(int argc, char** argv) {
   const uint64_t device_size = 2 * region_size;
   TempFile backing("backing", device_size);
 
-  cache::CacheOptions options;
-  options.region_path = region.path();
-  options.backing_path = backing.path();
-  options.format = true;
-  // The default 16 MiB segments, or smaller ones when a small region would hold too few.
-  options.segment_size = region_size >= 512 * MiB ? 16 * MiB : 2 * MiB;
-  // Sequential runs measure the engine, not the bypass to the backing file.
-  options.tunables.sequential_cutoff = 0;
-  options.allow_volatile_writeback = true;  // a /dev/shm file stands in for pmem
+  cache::CacheOptions options = bench_options(region.path(), backing.path(), region_size);
   options.copy_policy.spec = pmem::parse_policy_spec("auto").value();
   auto opened = cache::Cache::open(options);
   if (!opened.ok()) {
@@ -265,6 +347,10 @@ int main(int argc, char** argv) {
     reopened->abandon();
   }
   const double bytes_per_extent = index_bytes_per_extent(quick ? 100000 : 1000000);
+  const uint64_t zipf_reads = quick ? 20000 : 300000;
+  const double zipf_fifo = zipf_hit_ratio("fifo", zipf_reads);
+  const double zipf_cost = zipf_hit_ratio("cost-benefit", zipf_reads);
+  const auto [writeback_running, writeback_held] = writeback_interference(quick ? 5000 : 60000);
 
   auto find = [&](const char* op, const char* pattern, uint32_t block, unsigned queues) -> const Cell& {
     return *std::find_if(cells.begin(), cells.end(), [&](const Cell& c) {
@@ -289,6 +375,14 @@ int main(int argc, char** argv) {
                           {"ratios", {{"write_4k_random_vs_nt_copy", write_ratio}, {"read_4k_random_vs_copy", read_ratio}}},
                           {"recovery", {{"seconds", recovery_seconds}, {"keys", recovered_keys}, {"cache_bytes", region_size}}},
                           {"index_bytes_per_extent", bytes_per_extent},
+                          {"zipf_hit_ratio", {{"reads", zipf_reads}, {"fifo", zipf_fifo}, {"cost_benefit", zipf_cost}}},
+                          {"writeback_interference",
+                           {{"writes", writeback_running.ops},
+                            {"running", {{"p50_us", writeback_running.p50_us}, {"p99_us", writeback_running.p99_us},
+                                         {"p999_us", writeback_running.p999_us}}},
+                            {"held_back", {{"p50_us", writeback_held.p50_us}, {"p99_us", writeback_held.p99_us},
+                                           {"p999_us", writeback_held.p999_us}}},
+                            {"p99_ratio", writeback_running.p99_us / writeback_held.p99_us}}},
                           {"writeback_bytes", stats.writeback_bytes},
                           {"gc_runs", stats.gc_runs}};
     std::printf("%s\n", doc.dump(2).c_str());
@@ -310,6 +404,13 @@ int main(int argc, char** argv) {
   std::printf("recovery of a %s cache holding %lu dirty keys: %.3f s (goal < 1 s)\n", format_size(region_size).c_str(),
               static_cast<unsigned long>(recovered_keys), recovery_seconds);
   std::printf("index DRAM per extent: %.1f bytes (goal <= 48)\n", bytes_per_extent);
+  std::printf("zipf(0.99) 4 KiB reads, cache 1/8 of the data, %lu reads after as many to warm up: hit ratio "
+              "FIFO %.3f, cost-benefit %.3f\n",
+              static_cast<unsigned long>(zipf_reads), zipf_fifo, zipf_cost);
+  std::printf("4 KiB random writes, p50/p99/p99.9 us: writeback running %.2f/%.2f/%.2f, held back %.2f/%.2f/%.2f "
+              "(p99 ratio %.2f)\n",
+              writeback_running.p50_us, writeback_running.p99_us, writeback_running.p999_us, writeback_held.p50_us,
+              writeback_held.p99_us, writeback_held.p999_us, writeback_running.p99_us / writeback_held.p99_us);
   std::printf("during the runs: %s written back, %lu GC runs\n", format_size(stats.writeback_bytes).c_str(),
               static_cast<unsigned long>(stats.gc_runs));
   return 0;

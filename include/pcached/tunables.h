@@ -22,10 +22,17 @@ enum class CacheMode : uint8_t {
 std::string_view to_string(CacheMode mode);
 Result<CacheMode> parse_cache_mode(std::string_view text);
 
+enum class GcPolicy : uint8_t {
+  CostBenefit,  // least live data and longest unused first
+  Fifo,         // oldest sealed first (dm-pcache's order)
+};
+
 struct Tunables {
   CacheMode mode = CacheMode::Writeback;
   // GC reclaims clean segments while more than this share of segments is in use (0-90).
   unsigned gc_threshold = 70;
+  // Which clean segments GC reclaims first.
+  GcPolicy gc_policy = GcPolicy::CostBenefit;
   // Read misses are copied into the cache ...
   bool read_miss_fill = true;
   // ... once the same 4 KiB block has missed this many times (1: at the first miss).

@@ -189,7 +189,10 @@ Engine::Engine(const CacheOptions& options, std::unique_ptr<pmem::Region> region
       policy_(std::move(policy)),
       superblock_(superblock),
       segments_(std::make_unique<SegmentTable>(superblock.segment_count)),
-      tunables_(options.tunables) {}
+      activity_(superblock.data_start, superblock.segment_size, superblock.segment_count),
+      tunables_(options.tunables) {
+  index_.track(&activity_);
+}
 
 Engine::~Engine() { stop_background(); }
 

@@ -13,6 +13,7 @@
 #include "cache/extent_index.h"
 #include "cache/journal.h"
 #include "cache/promotion_filter.h"
+#include "cache/segment_activity.h"
 #include "cache/segment_table.h"
 #include "cache/tunables_store.h"
 #include "pcached/persistence_domain.h"
@@ -87,6 +88,7 @@ class Engine final : public Cache {
   format::Superblock superblock_;
   std::unique_ptr<ControlStore> control_;
   std::unique_ptr<SegmentTable> segments_;
+  SegmentActivity activity_;  // live data and heat per segment, for GC's choice
   ExtentIndex index_;
   std::array<JournalState, format::kMaxJournals> journals_;
   std::atomic<uint64_t> next_seq_{1};

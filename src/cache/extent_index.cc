@@ -60,7 +60,9 @@ void ExtentIndex::erase_range(Shard& shard, uint64_t begin, uint64_t end, uint64
     }
     it = map.erase(it);
     shard.extents.fetch_sub(1, std::memory_order_relaxed);
-    shard.sectors.fetch_sub(std::min(stop, end) - std::max(start, begin), std::memory_order_relaxed);
+    const uint64_t removed = std::min(stop, end) - std::max(start, begin);
+    shard.sectors.fetch_sub(removed, std::memory_order_relaxed);
+    account(extent, -static_cast<int64_t>(removed));
     if (start < begin) {
       Extent left = extent;
       left.sectors = static_cast<uint32_t>(begin - start);
@@ -94,6 +96,7 @@ void ExtentIndex::insert_in_stripe(Shard& shard, uint64_t begin, uint64_t end, u
     shard.map.emplace(from, extent);
     shard.extents.fetch_add(1, std::memory_order_relaxed);
     shard.sectors.fetch_add(to - from, std::memory_order_relaxed);
+    account(extent, static_cast<int64_t>(to - from));
   };
   for (const auto& [kept_begin, kept_end] : kept) {
     if (cursor < kept_begin) add(cursor, kept_begin);
@@ -167,6 +170,7 @@ uint64_t ExtentIndex::evict_if(const std::function<bool(uint64_t location)>& in_
       if (!(extent.flags & Extent::kZero) && in_reclaimed(extent.location)) {
         evicted += extent.sectors;
         shard.sectors.fetch_sub(extent.sectors, std::memory_order_relaxed);
+        account(extent, -static_cast<int64_t>(extent.sectors));
         shard.extents.fetch_sub(1, std::memory_order_relaxed);
         it = shard.map.erase(it);
         changed = true;

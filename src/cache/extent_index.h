@@ -17,6 +17,8 @@
 #include <shared_mutex>
 #include <vector>
 
+#include "cache/segment_activity.h"
+
 namespace pcached::cache {
 
 struct Extent {
@@ -103,6 +105,10 @@ class ExtentIndex {
   // Cached sectors written by keys at or above seq: the dirty data, given the clean horizon.
   uint64_t sectors_at_or_above(uint64_t seq) const;
 
+  // Keeps activity's live-sector counts in step with every extent that holds data in the region.
+  // Set once, before any other use.
+  void track(SegmentActivity* activity) { activity_ = activity; }
+
   static unsigned shard_of(uint64_t sector) { return static_cast<unsigned>((sector >> kStripeShift) % kShards); }
 
  private:
@@ -121,10 +127,14 @@ class ExtentIndex {
   // Applies a change to one stripe piece under its shard's exclusive lock.
   void insert_in_stripe(Shard& shard, uint64_t begin, uint64_t end, uint64_t location, uint64_t seq, uint32_t flags);
   void remove_in_stripe(Shard& shard, uint64_t begin, uint64_t end, uint64_t seq);
-  static void erase_range(Shard& shard, uint64_t begin, uint64_t end, uint64_t newer_than_seq,
-                          std::vector<std::pair<uint64_t, uint64_t>>* kept);
+  void erase_range(Shard& shard, uint64_t begin, uint64_t end, uint64_t newer_than_seq,
+                   std::vector<std::pair<uint64_t, uint64_t>>* kept);
+  void account(const Extent& extent, int64_t sectors) {
+    if (activity_ != nullptr && !(extent.flags & Extent::kZero)) activity_->add_live(extent.location, sectors);
+  }
 
   std::array<Shard, kShards> shards_;
+  SegmentActivity* activity_ = nullptr;
 };
 
 }  // namespace pcached::cache

@@ -255,6 +255,7 @@ bool EngineQueue::place(uint32_t sectors, bool wait, Placement& placement) {
     open_max_dirty_ = 0;
     open_generation_ = engine_.segments_->info(*segment).generation;
     open_offset_ = format::kSegmentHeaderSize;
+    engine_.activity_.touch(engine_.superblock_.segment_offset(open_segment_));
     // The new generation goes to the media before any key can name it (the caller drains).
     write_segment_header(writer_, engine_.superblock_, open_segment_,
                          {format::SegmentType::Data, open_generation_, open_segment_, 0});
@@ -407,6 +408,7 @@ void EngineQueue::read(const Request& request, RequestCompletion* completion, co
         }
         // Copied under the shard lock: GC cannot evict and reuse the segment meanwhile.
         if (engine_.region_->read(piece.extent.location, destination, bytes).ok()) {
+          engine_.activity_.touch(piece.extent.location);
           any_hit = true;
           continue;
         }

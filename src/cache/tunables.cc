@@ -67,6 +67,7 @@ Entry entry(std::string_view name, Field Tunables::*field, Parser parser, std::s
 std::string unsigned_text(unsigned value) { return std::to_string(value); }
 std::string switch_text(bool value) { return value ? "on" : "off"; }
 std::string mode_text(CacheMode mode) { return std::string(to_string(mode)); }
+std::string gc_policy_text(GcPolicy policy) { return policy == GcPolicy::Fifo ? "fifo" : "cost-benefit"; }
 
 const std::vector<Entry>& entries() {
   static const std::vector<Entry> table = [] {
@@ -85,6 +86,14 @@ const std::vector<Entry>& entries() {
         },
         mode_text));
     t.push_back(entry<unsigned>("gc_threshold", &Tunables::gc_threshold, percent(90), unsigned_text));
+    t.push_back(entry<GcPolicy>(
+        "gc_policy", &Tunables::gc_policy,
+        [](std::string_view key, std::string_view value) -> Result<GcPolicy> {
+          if (value == "cost-benefit") return GcPolicy::CostBenefit;
+          if (value == "fifo") return GcPolicy::Fifo;
+          return bad_value(key, value, "cost-benefit or fifo");
+        },
+        gc_policy_text));
     t.push_back(entry<bool>("read_miss_fill", &Tunables::read_miss_fill, parse_switch, switch_text));
     t.push_back(entry<unsigned>(
         "promote_after", &Tunables::promote_after,

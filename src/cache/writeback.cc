@@ -120,6 +120,10 @@ void Writeback::run() {
       std::lock_guard lock(mutex_);
       if (stop_) return;
     }
+    if (std::chrono::steady_clock::now() - last_decay_ >= std::chrono::seconds(1)) {
+      engine_.activity_.decay();
+      last_decay_ = std::chrono::steady_clock::now();
+    }
     const Tunables& tunables = tunables_.get();
     const Pace allowed = pace(tunables);
     const bool progressed = allowed.go && write_back_batch(allowed.budget);
@@ -346,6 +350,22 @@ void Writeback::reclaim_journals() {
   for (uint32_t segment : released) engine_.segments_->release(segment);
 }
 
+void Writeback::order_by_cost(std::vector<uint32_t>& candidates) const {
+  // Reclaiming a segment loses the hits its live data would have served: prefer little live data
+  // and little recent use. (live share + a little) x (1 + heat) ranks an empty segment first, and
+  // otherwise a cold full one before a hot one; ties keep the oldest-sealed order.
+  const SegmentActivity& activity = engine_.activity_;
+  const double capacity = static_cast<double>((engine_.superblock_.segment_size - format::kSegmentHeaderSize) / kSectorSize);
+  std::vector<std::pair<double, uint32_t>> ranked;
+  ranked.reserve(candidates.size());
+  for (uint32_t segment : candidates) {
+    const double live = static_cast<double>(activity.live_sectors(segment)) / capacity;
+    ranked.emplace_back((live + 0.05) * (1.0 + activity.heat(segment)), segment);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 0; i < ranked.size(); ++i) candidates[i] = ranked[i].second;
+}
+
 bool Writeback::gc_needed(const Tunables& tunables) const {
   const SegmentTable& segments = *engine_.segments_;
   const uint64_t total = segments.count();
@@ -360,8 +380,10 @@ void Writeback::collect_garbage(const Tunables& tunables) {
   const uint64_t used = total - segments.free_count();
   const uint64_t allowed = total * tunables.gc_threshold / 100;
   const size_t wanted = std::clamp<size_t>(used > allowed ? used - allowed : 1, 1, kMaxSegmentsPerGc);
-  const std::vector<uint32_t> victims = segments.reclaimable_data(engine_.clean_horizon_.load(), wanted);
+  std::vector<uint32_t> victims = segments.reclaimable_data(engine_.clean_horizon_.load(), SIZE_MAX);
   if (victims.empty()) return;
+  if (tunables.gc_policy == GcPolicy::CostBenefit) order_by_cost(victims);
+  if (victims.size() > wanted) victims.resize(wanted);
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (uint32_t segment : victims) {
     const uint64_t start = engine_.superblock_.segment_offset(segment);

@@ -68,6 +68,8 @@ class Writeback {
   void advance_horizon();
   void reclaim_journals();
   void collect_garbage(const Tunables& tunables);
+  // Cost-benefit order of GC candidates (given oldest-sealed first).
+  void order_by_cost(std::vector<uint32_t>& candidates) const;
   bool gc_needed(const Tunables& tunables) const;
 
   Engine& engine_;
@@ -77,6 +79,7 @@ class Writeback {
   size_t bounce_size_ = 0;
   TunablesView tunables_;  // the worker thread's copy
 
+  std::chrono::steady_clock::time_point last_decay_ = std::chrono::steady_clock::now();
   // Pacing, on the worker thread.
   double tokens_ = 0;
   std::chrono::steady_clock::time_point last_refill_ = std::chrono::steady_clock::now();

@@ -17,6 +17,13 @@ for cell in cells:
 assert doc["reference"]["nt_copy_4k_mib_per_s"] > 0
 assert doc["recovery"]["keys"] > 0 and doc["recovery"]["seconds"] > 0
 assert 0 < doc["index_bytes_per_extent"] < 200
+zipf = doc["zipf_hit_ratio"]
+assert zipf["reads"] > 0 and 0 < zipf["fifo"] < 1 and 0 < zipf["cost_benefit"] < 1, zipf
+interference = doc["writeback_interference"]
+assert interference["writes"] > 0, interference
+for run in ("running", "held_back"):
+    assert 0 < interference[run]["p50_us"] <= interference[run]["p99_us"] <= interference[run]["p999_us"], interference
 table = subprocess.run([bench, "--quick", "--region-size", "128M"], check=True, capture_output=True, text=True).stdout
 assert "4 KiB random write, 1 queue:" in table and "index DRAM per extent" in table, table
+assert "hit ratio FIFO" in table and "writeback running" in table, table
 print("engine benchmark: table and JSON well formed")

@@ -126,3 +126,41 @@ TEST_CASE("eviction by location removes exactly the extents in the range", "[cac
   CHECK(index.live_pieces(0, 8, 1).empty());
   CHECK(index.live_pieces(5000, 8, 2).size() == 1);
 }
+
+TEST_CASE("live sectors per segment follow inserts, overwrites, discards and evictions", "[cache][index][gc]") {
+  constexpr uint64_t kSegment = 1 << 20;  // 2048 sectors
+  SegmentActivity activity(0, kSegment, 8);
+  ExtentIndex index;
+  index.track(&activity);
+  std::mt19937_64 rng(3);
+  // A random history; the truth is recounted from a model of which location each sector has.
+  std::vector<int64_t> location_of(8192, -1);
+  uint64_t seq = 1;
+  for (int op = 0; op < 3000; ++op) {
+    const uint64_t sector = rng() % 8000;
+    const auto sectors = static_cast<uint32_t>(1 + rng() % 150);
+    const unsigned kind = static_cast<unsigned>(rng() % 10);
+    if (kind < 7) {
+      const uint64_t segment = rng() % 8;
+      const uint64_t location = segment * kSegment + (rng() % (2048 - sectors)) * 512;
+      index.insert(sector, sectors, location, seq++, kind == 0 ? Extent::kZero : 0);
+      for (uint32_t i = 0; i < sectors; ++i) {
+        location_of[sector + i] = kind == 0 ? -1 : static_cast<int64_t>(location + i * 512);
+      }
+    } else if (kind < 9) {
+      index.remove(sector, sectors, seq++);
+      for (uint32_t i = 0; i < sectors; ++i) location_of[sector + i] = -1;
+    } else {
+      const uint64_t victim = rng() % 8;
+      index.evict_if([&](uint64_t location) { return location / kSegment == victim; });
+      for (int64_t& location : location_of) {
+        if (location >= 0 && static_cast<uint64_t>(location) / kSegment == victim) location = -1;
+      }
+    }
+  }
+  std::vector<uint64_t> expected(8, 0);
+  for (int64_t location : location_of) {
+    if (location >= 0) ++expected[static_cast<uint64_t>(location) / kSegment];
+  }
+  for (uint32_t segment = 0; segment < 8; ++segment) CHECK(activity.live_sectors(segment) == expected[segment]);
+}

@@ -325,3 +325,44 @@ TEST_CASE("writeback turns eager above the high watermark and calm below the low
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   CHECK(cache->stats().dirty_bytes > 0);
 }
+
+TEST_CASE("GC keeps the segments whose data is read, where FIFO drops the oldest", "[cache][policy][gc]") {
+  for (const char* policy : {"fifo", "cost-benefit"}) {
+    DYNAMIC_SECTION(policy) {
+      CacheFiles files(kRegionBytes, kBackingBytes);
+      cache::CacheOptions options = files.options(true);
+      options.tunables.gc_threshold = 90;
+      REQUIRE(cache::apply_setting(options.tunables, "gc_policy", policy).ok());
+      auto cache = open_cache(options);
+      auto queue = make_queue(*cache);
+      // Ten segments' worth of data, oldest first, all written back (clean, reclaimable).
+      for (uint64_t sector = 0; sector < 10 * MiB / kSector; sector += 128) {
+        const auto data = pattern(sector + 1, sector, 128);
+        REQUIRE(queue->write(sector, 128, data.data()) == 128 * 512);
+      }
+      REQUIRE(cache->flush_all().ok());
+      // The oldest data is read again and again: its segment is hot, the others cold.
+      std::vector<std::byte> buffer(128 * kSector);
+      for (int round = 0; round < 3; ++round) {
+        for (uint64_t sector = 0; sector < 512 * KiB / kSector; sector += 128) {
+          REQUIRE(queue->read(sector, 128, buffer.data()) == 128 * 512);
+        }
+      }
+      const uint64_t hits_before = cache->stats().read_hits;
+      REQUIRE(hits_before == 24);
+      // Room is needed: GC reclaims about half of the segments.
+      REQUIRE(cache->set("gc_threshold", "40").ok());
+      REQUIRE(eventually([&] { return cache->stats().segments_reclaimed >= 4; }));
+      for (uint64_t sector = 0; sector < 512 * KiB / kSector; sector += 128) {
+        REQUIRE(queue->read(sector, 128, buffer.data()) == 128 * 512);
+        REQUIRE(decode_sector(buffer.data(), sector) == sector + 1);
+      }
+      const uint64_t hits = cache->stats().read_hits - hits_before;
+      if (std::string(policy) == "fifo") {
+        CHECK(hits == 0);  // the oldest segment went first, hot or not
+      } else {
+        CHECK(hits == 8);  // the hot data stayed
+      }
+    }
+  }
+}
