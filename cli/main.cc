@@ -76,9 +76,9 @@ void print_status(const json& s) {
                 direct["backing_flushes"].dump().c_str());
     std::printf("  gc          %s runs, %s segments reclaimed, threshold %s%%\n", s["gc"]["runs"].dump().c_str(),
                 s["gc"]["segments_reclaimed"].dump().c_str(), s["gc"]["threshold_percent"].dump().c_str());
-    std::printf("  errors      backing reads %s, backing writes %s, media %s\n",
+    std::printf("  errors      backing reads %s, backing writes %s, media %s, data checksums %s\n",
                 s["errors"]["backing_read"].dump().c_str(), s["errors"]["backing_write"].dump().c_str(),
-                s["errors"]["media"].dump().c_str());
+                s["errors"]["media"].dump().c_str(), s["errors"]["data_crc"].dump().c_str());
     std::printf("  copy policy %s\n", text(s, "copy_policy").c_str());
     std::printf("  queues      %s x depth %s\n", s["queues"].dump().c_str(), s["depth"].dump().c_str());
     std::string line;
@@ -177,8 +177,9 @@ int main(int argc, char** argv) {
   std::string key, value;
   CLI::App* set = app.add_subcommand("set", "change a setting of a running cache");
   set->add_option("target", name, "cache name or /dev/ublkbN")->required();
-  set->add_option("key", key, "the setting: mode, gc_threshold, read_miss_fill, promote_after, sequential_cutoff, "
-                                "writeback_low, writeback_high, writeback_rate, writeback_idle_ms or copy_policy")
+  set->add_option("key", key, "the setting: mode, gc_threshold, gc_policy, read_miss_fill, data_crc, promote_after, "
+                                "sequential_cutoff, writeback_low, writeback_high, writeback_rate, writeback_idle_ms "
+                                "or copy_policy")
       ->required()
       ->check(CLI::IsMember(setting_keys));
   set->add_option("value", value, "the new value")->required();

@@ -244,7 +244,7 @@ nlohmann::json Daemon::describe(const Managed& managed, bool detailed) const {
   doc["direct_writes"] = {{"total", s.direct_writes}, {"errors", s.direct_write_errors},
                           {"backing_flushes", s.backing_flushes}};
   doc["errors"] = {{"backing_read", s.backing_read_errors}, {"backing_write", s.direct_write_errors},
-                   {"media", s.media_errors}};
+                   {"media", s.media_errors}, {"data_crc", s.data_crc_errors}};
   doc["settings"] = settings_json(tunables);
   doc["copy_policy"] = managed.cache->copy_policy_description();
   doc["recovery"] = {{"seconds", s.recovery_seconds}, {"keys", s.recovered_keys}};

@@ -110,6 +110,7 @@ struct CacheStats {
   uint64_t direct_writes = 0, direct_write_errors = 0, backing_flushes = 0;
   uint64_t writeback_bytes = 0, writeback_batches = 0, writeback_errors = 0;
   uint64_t backing_read_errors = 0, media_errors = 0;
+  uint64_t data_crc_errors = 0;  // read hits whose data did not match its checksum (data_crc)
   uint64_t gc_runs = 0, segments_reclaimed = 0, writer_waits = 0;
   double recovery_seconds = 0;
   uint64_t recovered_keys = 0;

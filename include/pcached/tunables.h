@@ -40,6 +40,8 @@ struct Tunables {
   // A sequential stream longer than this bypasses the cache (writes go around it, reads are
   // not filled) unless its data is already cached. 0 turns detection off.
   uint64_t sequential_cutoff = 4ull << 20;
+  // Checksum cached data when it is written or filled, and verify it on every read hit.
+  bool data_crc = false;
   // Writeback runs eagerly (no rate limit) from the moment dirty data reaches writeback_high
   // percent of the capacity until it falls to writeback_low percent, and whenever the device is
   // idle, a flush waits or GC needs room; otherwise at most writeback_rate bytes per second

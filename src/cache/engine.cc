@@ -161,6 +161,7 @@ void QueueCounters::add_to(CacheStats& s) const {
   s.direct_writes += get(direct_writes);
   s.direct_write_errors += get(direct_write_errors);
   s.backing_flushes += get(backing_flushes);
+  s.data_crc_errors += get(data_crc_errors);
   s.backing_read_errors += get(backing_read_errors);
   s.media_errors += get(media_errors);
   for (size_t op = 0; op < kOpCount; ++op) latency[op].add_to(s.latency[op]);
@@ -190,6 +191,7 @@ Engine::Engine(const CacheOptions& options, std::unique_ptr<pmem::Region> region
       superblock_(superblock),
       segments_(std::make_unique<SegmentTable>(superblock.segment_count)),
       activity_(superblock.data_start, superblock.segment_size, superblock.segment_count),
+      checksums_(superblock.data_start, superblock.segment_size),
       tunables_(options.tunables) {
   index_.track(&activity_);
 }

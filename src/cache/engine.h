@@ -10,6 +10,7 @@
 
 #include "backing/backing_device.h"
 #include "cache/control_store.h"
+#include "cache/data_checksums.h"
 #include "cache/extent_index.h"
 #include "cache/journal.h"
 #include "cache/promotion_filter.h"
@@ -42,7 +43,7 @@ struct QueueCounters {
   std::atomic<uint64_t> writes{0}, write_bytes{0}, discards{0}, write_zeroes{0}, flushes{0};
   std::atomic<uint64_t> fills{0}, fill_bytes{0}, backing_read_errors{0}, media_errors{0};
   std::atomic<uint64_t> promotions_deferred{0}, bypassed_reads{0}, bypassed_writes{0}, bypassed_bytes{0};
-  std::atomic<uint64_t> direct_writes{0}, direct_write_errors{0}, backing_flushes{0};
+  std::atomic<uint64_t> direct_writes{0}, direct_write_errors{0}, backing_flushes{0}, data_crc_errors{0};
   std::array<LatencyHistogram, kOpCount> latency;
   const pmem::CopyCounters* copies = nullptr;  // the queue's writer
 
@@ -89,6 +90,7 @@ class Engine final : public Cache {
   std::unique_ptr<ControlStore> control_;
   std::unique_ptr<SegmentTable> segments_;
   SegmentActivity activity_;  // live data and heat per segment, for GC's choice
+  DataChecksums checksums_;   // data_crc
   ExtentIndex index_;
   std::array<JournalState, format::kMaxJournals> journals_;
   std::atomic<uint64_t> next_seq_{1};

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "cache/writeback.h"
+#include "format/crc32c.h"
 #include "format/layout.h"
 
 namespace pcached::cache {
@@ -286,6 +287,9 @@ void EngineQueue::commit(std::vector<format::Key>& keys) {
   for (const format::Key& key : keys) {
     if (key.kind == format::KeyKind::Discard) {
       engine_.index_.remove(key.sector, key.sectors, key.seq);
+    } else if (key.kind == format::KeyKind::Checksum) {
+      engine_.checksums_.add(engine_.superblock_.segment_offset(key.segment) + uint64_t{key.offset_sectors} * kSectorSize,
+                             key.sectors, static_cast<uint32_t>(key.sector));
     } else if (key.kind == format::KeyKind::Zero) {
       engine_.index_.insert(key.sector, key.sectors, 0, key.seq, Extent::kZero);
     } else {
@@ -330,6 +334,12 @@ int EngineQueue::stage_write(const Request& request, format::KeyKind kind) {
     key.offset_sectors = placement.offset_sectors;
     key.generation = placement.generation;
     keys_.push_back(key);
+    if (tunables_.get().data_crc) {
+      format::Key checksum = key;
+      checksum.kind = format::KeyKind::Checksum;
+      checksum.sector = format::crc32c(0, source, uint64_t{placement.sectors} * kSectorSize);
+      keys_.push_back(checksum);
+    }
     sector += placement.sectors;
     source += uint64_t{placement.sectors} * kSectorSize;
     remaining -= placement.sectors;
@@ -394,6 +404,7 @@ void EngineQueue::read(const Request& request, RequestCompletion* completion, co
   std::vector<GapRecord>& gaps = gap_scratch_;
   gaps.clear();
   const uint64_t horizon = engine_.clean_horizon_.load(std::memory_order_acquire);
+  const bool verify_crc = tunables_.get().data_crc;
   bool media_error = false;
   bool any_hit = false;
   engine_.index_.lookup(request.sector, request.sectors, [&](const std::vector<Piece>& pieces, uint64_t change_count) {
@@ -408,11 +419,18 @@ void EngineQueue::read(const Request& request, RequestCompletion* completion, co
         }
         // Copied under the shard lock: GC cannot evict and reuse the segment meanwhile.
         if (engine_.region_->read(piece.extent.location, destination, bytes).ok()) {
-          engine_.activity_.touch(piece.extent.location);
-          any_hit = true;
-          continue;
+          if (!verify_crc || engine_.checksums_.verify(*engine_.region_, piece.extent.location, destination, bytes) !=
+                                 DataChecksums::Verdict::Bad) {
+            engine_.activity_.touch(piece.extent.location);
+            any_hit = true;
+            continue;
+          }
+          spdlog::error("cache on {}: sectors {}+{}: cached data does not match its checksum", engine_.options_.region_path,
+                        piece.sector, piece.sectors);
+          QueueCounters::bump(counters_.data_crc_errors);
+        } else {
+          QueueCounters::bump(counters_.media_errors);
         }
-        QueueCounters::bump(counters_.media_errors);
         // Clean data has an intact copy on the backing device; dirty data has no other copy.
         if (piece.extent.seq >= horizon) {
           media_error = true;
@@ -475,6 +493,9 @@ void EngineQueue::fill(uint64_t sector, uint32_t sectors, const std::byte* data,
   writer_.copy_nodrain(location_of(placement), data, uint64_t{sectors} * kSectorSize);
   // The fence makes streaming stores visible to other cores before the index points at them.
   writer_.drain();
+  if (tunables_.get().data_crc) {
+    engine_.checksums_.add(location_of(placement), sectors, format::crc32c(0, data, uint64_t{sectors} * kSectorSize));
+  }
   if (engine_.index_.insert_fill(sector, sectors, location_of(placement), change_count)) {
     QueueCounters::bump(counters_.fills);
     QueueCounters::bump(counters_.fill_bytes, uint64_t{sectors} * kSectorSize);

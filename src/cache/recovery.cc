@@ -107,6 +107,17 @@ Status Engine::recover() {
       index_.insert(key.sector, key.sectors, 0, key.seq, Extent::kZero);
       continue;
     }
+    if (key.kind == format::KeyKind::Checksum) {
+      // It follows its data key, which was checked just before; one that does not fit is ignored
+      // (it could only make a read fail, never serve wrong data).
+      const bool fits = key.segment < superblock_.segment_count &&
+                        (uint64_t{key.offset_sectors} + key.sectors) * format::kSectorSize <= superblock_.segment_size;
+      if (fits) {
+        checksums_.add(superblock_.segment_offset(key.segment) + uint64_t{key.offset_sectors} * format::kSectorSize,
+                       key.sectors, static_cast<uint32_t>(key.sector));
+      }
+      continue;
+    }
     const bool in_range = key.segment < superblock_.segment_count &&
                           uint64_t{key.offset_sectors} * format::kSectorSize >= format::kSegmentHeaderSize &&
                           (uint64_t{key.offset_sectors} + key.sectors) * format::kSectorSize <= superblock_.segment_size;

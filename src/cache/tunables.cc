@@ -95,6 +95,7 @@ const std::vector<Entry>& entries() {
         },
         gc_policy_text));
     t.push_back(entry<bool>("read_miss_fill", &Tunables::read_miss_fill, parse_switch, switch_text));
+    t.push_back(entry<bool>("data_crc", &Tunables::data_crc, parse_switch, switch_text));
     t.push_back(entry<unsigned>(
         "promote_after", &Tunables::promote_after,
         [](std::string_view key, std::string_view value) {

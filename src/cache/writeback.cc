@@ -179,7 +179,7 @@ void Writeback::collect(size_t budget, std::vector<Piece>& pieces, std::vector<C
       const size_t used_mark = used;
       bool fits = true;
       for (const format::Key& key : keys) {
-        if (key.seq < horizon || key.kind == format::KeyKind::Discard) continue;
+        if (key.seq < horizon || (!format::has_data(key.kind) && key.kind != format::KeyKind::Zero)) continue;
         if (key.kind == format::KeyKind::WrittenThrough && key.seq >= engine_.run_first_seq_) {
           // Its data reached the device before the key was written: only the flush is owed.
           written_through = true;
@@ -396,6 +396,7 @@ void Writeback::collect_garbage(const Tunables& tunables) {
     auto it = std::upper_bound(ranges.begin(), ranges.end(), std::make_pair(location, UINT64_MAX));
     return it != ranges.begin() && location < std::prev(it)->second;
   });
+  for (const auto& [begin, end] : ranges) engine_.checksums_.forget(begin, end);
   for (uint32_t segment : victims) segments.release(segment);
   gc_runs_.fetch_add(1);
   reclaimed_.fetch_add(victims.size());

@@ -114,7 +114,7 @@ Result<KeySetHeader> decode_key_set(std::span<const std::byte> in, uint32_t jour
     const uint32_t sectors_and_kind = kr.get<uint32_t>();
     key.sectors = sectors_and_kind & kMaxKeySectors;
     const uint32_t kind = sectors_and_kind >> 28;
-    if (kind < static_cast<uint32_t>(KeyKind::Write) || kind > static_cast<uint32_t>(KeyKind::WrittenThrough)) {
+    if (kind < static_cast<uint32_t>(KeyKind::Write) || kind > static_cast<uint32_t>(KeyKind::Checksum)) {
       keys.resize(first);
       return damaged("key of unknown kind " + std::to_string(kind));
     }

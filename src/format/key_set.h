@@ -21,6 +21,9 @@ enum class KeyKind : uint8_t {
   // Like Write, but the data was on the backing device before the key was written (writethrough):
   // writeback need not copy it again, only flush the device before the key counts as clean.
   WrittenThrough = 4,
+  // The CRC32C (in the sector field) of the data of the key before it in the same key set, which
+  // names the same place (segment, offset, generation, length): data_crc.
+  Checksum = 5,
 };
 
 inline bool has_data(KeyKind kind) { return kind == KeyKind::Write || kind == KeyKind::WrittenThrough; }

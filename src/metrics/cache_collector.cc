@@ -128,6 +128,8 @@ std::vector<MetricFamily> cache_families(const std::vector<CacheSample>& caches)
   counter("pcached_backing_read_errors_total", "Failed reads from the backing device.",
           [](const S& s) { return s.backing_read_errors; });
   counter("pcached_media_errors_total", "Reads that hit a pmem media error.", [](const S& s) { return s.media_errors; });
+  counter("pcached_data_crc_errors_total", "Read hits whose cached data did not match its checksum (data_crc).",
+          [](const S& s) { return s.data_crc_errors; });
   gauge("pcached_recovery_duration_seconds", "How long the last attach (recovery) took.",
         [](const S& s) { return s.recovery_seconds; });
   gauge("pcached_index_bytes", "DRAM held by the extent index.", [](const S& s) { return s.index_bytes; });
