@@ -10,8 +10,8 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <thread>
 #include <cstring>
+#include <thread>
 
 namespace pcached::backing {
 
@@ -135,6 +135,9 @@ Result<std::unique_ptr<BackingDevice>> BackingDevice::open(const std::string& pa
 BackingDevice::~BackingDevice() = default;
 
 bool BackingDevice::inject(io::Ring& ring, FaultRule& rule, io::CompletionHandler* handler) {
+  if (const uint32_t delay = rule.delay_us.load(std::memory_order_relaxed); delay != 0) {
+    std::this_thread::sleep_for(std::chrono::microseconds(delay));
+  }
   if (!rule.take()) return false;
   if (rule.short_io.load(std::memory_order_relaxed)) return false;  // the caller halves the length
   faults_.injected.fetch_add(1, std::memory_order_relaxed);

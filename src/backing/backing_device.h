@@ -17,10 +17,13 @@ namespace pcached::backing {
 
 // Makes the backing device misbehave, for tests: the next `count` operations of a kind (or all
 // of them while `count` is negative) fail with `error`, or, with `short_io`, move half the bytes.
+// `delay_us` holds up every submission of the kind that long (a slow device, latency spikes): the
+// submitting thread waits, as it would behind a full device queue.
 struct FaultRule {
   std::atomic<int64_t> count{0};
   std::atomic<int> error{EIO};
   std::atomic<bool> short_io{false};
+  std::atomic<uint32_t> delay_us{0};
   bool take();  // consumes one fault if the rule is armed
 };
 

@@ -205,8 +205,10 @@ EngineQueue::WriteRoute EngineQueue::route_write(const Request& request, const T
   const ExtentIndex::RangeState state = engine_.index_.probe(
       request.sector, request.sectors, engine_.clean_horizon_.load(std::memory_order_acquire));
   // A write over dirty data stays in the cache whatever the mode: written to the device now, it
-  // could be overwritten there by the older dirty data that writeback is about to copy.
-  if (state.dirty) return WriteRoute::Cache;
+  // could be overwritten there by the older dirty data that writeback is about to copy. The same
+  // holds for data writeback has already collected, even if a discard or a newer write has
+  // dropped it from the index since.
+  if (state.dirty || engine_.writeback_->in_flight(request.sector, request.sectors)) return WriteRoute::Cache;
   if (sequential && !state.cached) {
     // A long stream of data the cache does not hold goes around it (hit-aware: data that is
     // cached keeps being served and updated in the cache).

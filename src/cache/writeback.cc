@@ -114,6 +114,18 @@ Writeback::Pace Writeback::pace(const Tunables& tunables) {
   return {true, static_cast<size_t>(tokens_)};
 }
 
+bool Writeback::in_flight(uint64_t sector, uint32_t sectors) const {
+  std::lock_guard lock(in_flight_mutex_);
+  if (in_flight_.empty()) return false;
+  const uint64_t end = sector + sectors;
+  // Entries starting before `end` and no earlier than the longest one could reach back.
+  const uint64_t from = sector > longest_in_flight_ ? sector - longest_in_flight_ : 0;
+  for (auto it = in_flight_.lower_bound(from); it != in_flight_.end() && it->first < end; ++it) {
+    if (it->second > sector) return true;
+  }
+  return false;
+}
+
 void Writeback::run() {
   for (;;) {
     {
@@ -204,6 +216,13 @@ void Writeback::collect(size_t budget, std::vector<Piece>& pieces, std::vector<C
               errors_.fetch_add(1);
               continue;
             }
+            {
+              // Registered while the shard lock still keeps the piece from being discarded or
+              // replaced: whoever changes it afterwards sees it in flight.
+              std::lock_guard lock(in_flight_mutex_);
+              in_flight_.emplace(piece.sector, piece.sector + piece.sectors);
+              longest_in_flight_ = std::max<uint64_t>(longest_in_flight_, piece.sectors);
+            }
             pieces.push_back({piece.sector, piece.sectors, used});
             used += bytes;
           }
@@ -264,6 +283,15 @@ bool Writeback::write_back_batch(size_t budget) {
   std::vector<CursorUpdate> cursors;
   bool written_through = false;
   collect(budget, pieces, cursors, written_through);
+  // Every write of the batch is complete when this function returns, whatever happened.
+  struct ClearInFlight {
+    Writeback& self;
+    ~ClearInFlight() {
+      std::lock_guard lock(self.in_flight_mutex_);
+      self.in_flight_.clear();
+      self.longest_in_flight_ = 0;
+    }
+  } clear_in_flight{*this};
   if (!pieces.empty() || written_through) {
     const int result = write_and_flush(pieces);
     if (result != 0) {

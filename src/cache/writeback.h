@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -36,6 +37,12 @@ class Writeback {
   Status write_back_everything();
 
   void add_to(CacheStats& stats) const;
+
+  // Whether data of [sector, sector+sectors) is on its way to the backing device: collected for
+  // the current batch and not yet written. Such data may have left the index meanwhile (a
+  // discard, a newer write), so the index alone cannot say that a write to the device now would
+  // not be overwritten by it; a write that must not be goes into the cache instead.
+  bool in_flight(uint64_t sector, uint32_t sectors) const;
 
  private:
   struct Piece {
@@ -87,6 +94,11 @@ class Writeback {
   std::chrono::steady_clock::time_point last_activity_ = std::chrono::steady_clock::now();
   std::atomic<unsigned> urgent_{0};  // write_back_everything() callers waiting
   std::atomic<bool> eager_{false};   // between the watermarks, coming down from the high one
+
+  // Sector ranges of the batch being written: start -> end (possibly overlapping entries).
+  mutable std::mutex in_flight_mutex_;
+  std::multimap<uint64_t, uint64_t> in_flight_;
+  uint64_t longest_in_flight_ = 0;  // sectors: bounds the search for an overlap
 
   std::thread thread_;
   mutable std::mutex mutex_;
