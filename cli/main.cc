@@ -1,10 +1,14 @@
 // pcached: the command line of pcached, over pcachedd's control socket.
 //   exit status 0: done; 1: the daemon refused or failed; 2: bad usage; 3: daemon unreachable.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
+#include "cli/progress_bar.h"
 #include "control/protocol.h"
 #include "pcached/copy_policy.h"
 #include "pcached/pmem_discovery.h"
@@ -253,7 +257,18 @@ int main(int argc, char** argv) {
     request.command = "list";
   }
 
-  auto result = control::call(socket_path, request);
+  // Writing back can take long: on a terminal, flush and remove show how it goes.
+  const bool show_progress =
+      !as_json && (request.command == "flush" || request.command == "remove") && ::isatty(STDERR_FILENO) != 0;
+  std::optional<cli::ProgressBar> bar;
+  control::ProgressHandler on_progress;
+  if (show_progress) {
+    request.args["progress"] = true;
+    bar.emplace();
+    on_progress = [&bar](const json& report) { bar->update(report); };
+  }
+  auto result = control::call(socket_path, request, on_progress);
+  bar.reset();
   if (!result.ok()) {
     if (as_json) {
       std::printf("%s\n", json{{"ok", false}, {"error", result.status().message()}}.dump(2).c_str());

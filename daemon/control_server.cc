@@ -70,17 +70,20 @@ void ControlServer::serve_one(int client) {
     request.append(buffer, static_cast<size_t>(n));
     if (request.size() > control::kMaxMessageBytes || request.find('\n') != std::string::npos) break;
   }
+  auto send_all = [client](const std::string& text) {
+    size_t sent = 0;
+    while (sent < text.size()) {
+      const ssize_t n = ::send(client, text.data() + sent, text.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) return;
+      sent += static_cast<size_t>(n);
+    }
+  };
   const std::string response = request.size() > control::kMaxMessageBytes
                                    ? control::encode_failure(Status::error(EINVAL, "bad request: larger than " +
                                                                                        std::to_string(control::kMaxMessageBytes) +
                                                                                        " bytes"))
-                                   : handler_(request);
-  size_t sent = 0;
-  while (sent < response.size()) {
-    const ssize_t n = ::send(client, response.data() + sent, response.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) break;
-    sent += static_cast<size_t>(n);
-  }
+                                   : handler_(request, send_all);
+  send_all(response);
 }
 
 }  // namespace pcached::daemon

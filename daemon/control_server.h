@@ -1,4 +1,5 @@
-// The control socket: a unix stream socket, root-only (mode 0600), one request per connection.
+// The control socket: a unix stream socket, root-only (mode 0600), one request per connection,
+// served one connection at a time. A handler may send progress lines before its response.
 #pragma once
 
 #include <atomic>
@@ -14,7 +15,9 @@ namespace pcached::daemon {
 
 class ControlServer {
  public:
-  using Handler = std::function<std::string(const std::string& request)>;
+  // Sends one line (a progress report) to the client at once; a client that went away is ignored.
+  using Progress = std::function<void(const std::string& line)>;
+  using Handler = std::function<std::string(const std::string& request, const Progress& progress)>;
   static Result<std::unique_ptr<ControlServer>> listen(const std::string& path, Handler handler);
   ~ControlServer();
 

@@ -101,7 +101,26 @@ Status Daemon::save() const {
   return save_state(state_path(options_), configs);
 }
 
-std::string Daemon::handle(const std::string& request_text) {
+namespace {
+
+// The engine's write-back progress as progress lines, for a client that asked for them.
+cache::Cache::FlushProgress reporter(const nlohmann::json& args, const cache::Cache& cache,
+                                     const Daemon::Progress& send) {
+  auto wanted = control::bool_arg(args, "progress", false);
+  if (!send || !wanted.ok() || !wanted.value()) return {};
+  const uint64_t written_before = cache.stats().writeback_bytes;
+  const auto started = std::chrono::steady_clock::now();
+  return [&cache, send, written_before, started](uint64_t dirty_bytes) {
+    send(control::encode_progress(
+        {{"dirty_bytes", dirty_bytes},
+         {"written_back_bytes", cache.stats().writeback_bytes - written_before},
+         {"elapsed_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()}}));
+  };
+}
+
+}  // namespace
+
+std::string Daemon::handle(const std::string& request_text, const Progress& progress) {
   auto request = control::parse_request(request_text);
   if (!request.ok()) return control::encode_failure(request.status());
   std::lock_guard lock(mutex_);
@@ -110,7 +129,7 @@ std::string Daemon::handle(const std::string& request_text) {
   if (command == "add") {
     result = add(request->args);
   } else if (command == "remove") {
-    result = remove(request->args);
+    result = remove(request->args, progress);
   } else if (command == "list") {
     result = list();
   } else if (command == "status") {
@@ -118,7 +137,7 @@ std::string Daemon::handle(const std::string& request_text) {
   } else if (command == "set") {
     result = set(request->args);
   } else if (command == "flush") {
-    result = flush(request->args);
+    result = flush(request->args, progress);
   } else {
     result = Status::error(EINVAL, "unknown command '" + command + "' (known: add, remove, list, status, set, flush)");
   }
@@ -182,7 +201,7 @@ Result<Daemon::Managed*> Daemon::find(const std::string& name_or_device) const {
   return Status::error(ENOENT, "no cache named '" + name_or_device + "'");
 }
 
-Result<nlohmann::json> Daemon::remove(const nlohmann::json& args) {
+Result<nlohmann::json> Daemon::remove(const nlohmann::json& args, const Progress& progress) {
   auto target = control::string_arg(args, "name", true);
   if (!target.ok()) return target.status();
   auto no_flush = control::bool_arg(args, "no_flush", false);
@@ -200,7 +219,7 @@ Result<nlohmann::json> Daemon::remove(const nlohmann::json& args) {
   if (managed.cache) {
     before = managed.cache->stats();
     // Invariant 8: every dirty sector goes to the backing device first, unless told otherwise.
-    if (Status status = managed.cache->detach(no_flush.value()); !status.ok()) {
+    if (Status status = managed.cache->detach(no_flush.value(), reporter(args, *managed.cache, progress)); !status.ok()) {
       return status.with_context("cache " + name + " removed from ublk but still holds dirty data");
     }
   }
@@ -298,7 +317,7 @@ Result<nlohmann::json> Daemon::set(const nlohmann::json& args) {
   return nlohmann::json{{"name", managed.config.name}, {"key", key.value()}, {"value", value.value()}};
 }
 
-Result<nlohmann::json> Daemon::flush(const nlohmann::json& args) {
+Result<nlohmann::json> Daemon::flush(const nlohmann::json& args, const Progress& progress) {
   auto target = control::string_arg(args, "name", true);
   if (!target.ok()) return target.status();
   auto found = find(target.value());
@@ -306,7 +325,7 @@ Result<nlohmann::json> Daemon::flush(const nlohmann::json& args) {
   Managed& managed = *found.value();
   if (!managed.cache) return Status::error(EIO, "cache '" + managed.config.name + "' is not running");
   const uint64_t before = managed.cache->stats().writeback_bytes;
-  if (Status status = managed.cache->flush_all(); !status.ok()) return status;
+  if (Status status = managed.cache->flush_all(reporter(args, *managed.cache, progress)); !status.ok()) return status;
   const cache::CacheStats after = managed.cache->stats();
   return nlohmann::json{{"name", managed.config.name}, {"written_back_bytes", after.writeback_bytes - before},
                         {"dirty_bytes", after.dirty_bytes}};

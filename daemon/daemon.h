@@ -2,6 +2,7 @@
 // that brings them back after a restart, and the control commands.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -28,8 +29,10 @@ class Daemon {
   static Result<std::unique_ptr<Daemon>> start(const DaemonOptions& options);
   ~Daemon();
 
-  // Handles one control request; never throws.
-  std::string handle(const std::string& request_text);
+  // Handles one control request; never throws. A flush or remove that asks for progress reports
+  // sends them through progress while it writes back.
+  using Progress = std::function<void(const std::string& line)>;
+  std::string handle(const std::string& request_text, const Progress& progress = {});
   // Each cache's statistics, for the metrics endpoint.
   std::vector<metrics::CacheSample> samples() const;
   // Removes every device, writing back dirty data (used with --remove-on-exit).
@@ -45,11 +48,11 @@ class Daemon {
   explicit Daemon(const DaemonOptions& options) : options_(options) {}
   Status restore(const CacheConfig& config);
   Result<nlohmann::json> add(const nlohmann::json& args);
-  Result<nlohmann::json> remove(const nlohmann::json& args);
+  Result<nlohmann::json> remove(const nlohmann::json& args, const Progress& progress = {});
   Result<nlohmann::json> list() const;
   Result<nlohmann::json> status(const nlohmann::json& args) const;
   Result<nlohmann::json> set(const nlohmann::json& args);
-  Result<nlohmann::json> flush(const nlohmann::json& args);
+  Result<nlohmann::json> flush(const nlohmann::json& args, const Progress& progress);
   Result<Managed*> find(const std::string& name_or_device) const;
   Status open_cache(Managed& managed, bool format, bool force) const;
   Status save() const;

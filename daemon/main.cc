@@ -91,8 +91,8 @@ int main(int argc, char** argv) {
     spdlog::error("{}", daemon.status().message());
     return 1;
   }
-  auto server = daemon::ControlServer::listen(socket_path, [&](const std::string& request) {
-    return daemon.value()->handle(request);
+  auto server = daemon::ControlServer::listen(socket_path, [&](const std::string& request, const auto& progress) {
+    return daemon.value()->handle(request, progress);
   });
   if (!server.ok()) {
     spdlog::error("{}", server.status().message());

@@ -11,6 +11,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -148,11 +149,13 @@ class Cache {
 
   // Writes back every dirty sector and waits until the backing device holds it all (no queue may
   // submit meanwhile).
-  virtual Status flush_all() = 0;
+  // progress, when given, is called about four times a second with the dirty bytes left.
+  using FlushProgress = std::function<void(uint64_t dirty_bytes)>;
+  virtual Status flush_all(const FlushProgress& progress = {}) = 0;
   // Ends the cache's use of the region: with write-back, every dirty sector goes to the backing
   // device and the cache is marked clean; forced, dirty data stays on pmem for a later attach.
   // Queues must be destroyed first. Nothing may be called afterwards.
-  virtual Status detach(bool force) = 0;
+  virtual Status detach(bool force, const FlushProgress& progress = {}) = 0;
   // Stops background work without writing anything more (a crash, as far as the media can tell).
   virtual void abandon() = 0;
 

@@ -486,9 +486,9 @@ Status Engine::set(const std::string& key, const std::string& value) {
   return Status();
 }
 
-Status Engine::flush_all() {
+Status Engine::flush_all(const FlushProgress& progress) {
   if (!writeback_) return Status::error(ESHUTDOWN, "cache is closed");
-  return writeback_->write_back_everything();
+  return writeback_->write_back_everything(progress);
 }
 
 void Engine::stop_background() {
@@ -501,14 +501,14 @@ void Engine::abandon() {
   closed_ = true;
 }
 
-Status Engine::detach(bool force) {
+Status Engine::detach(bool force, const FlushProgress& progress) {
   if (closed_) return Status::error(ESHUTDOWN, "cache is closed");
   {
     std::lock_guard lock(queues_mutex_);
     if (!queues_.empty()) return Status::error(EBUSY, "cache on " + options_.region_path + ": queues still exist");
   }
   if (!force) {
-    if (Status status = writeback_->write_back_everything(); !status.ok()) {
+    if (Status status = writeback_->write_back_everything(progress); !status.ok()) {
       return status.with_context("cache on " + options_.region_path + ": detach could not write back dirty data");
     }
   }

@@ -59,8 +59,8 @@ class Engine final : public Cache {
   ~Engine() override;
 
   Result<std::unique_ptr<CacheQueue>> create_queue(io::Ring& ring) override;
-  Status flush_all() override;
-  Status detach(bool force) override;
+  Status flush_all(const FlushProgress& progress = {}) override;
+  Status detach(bool force, const FlushProgress& progress = {}) override;
   void abandon() override;
   CacheStats stats() const override;
   uint64_t device_sectors() const override { return backing_->size() >> format::kSectorShift; }

@@ -430,16 +430,22 @@ void Writeback::collect_garbage(const Tunables& tunables) {
   reclaimed_.fetch_add(victims.size());
 }
 
-Status Writeback::write_back_everything() {
+Status Writeback::write_back_everything(const std::function<void(uint64_t dirty_bytes)>& progress) {
   const uint64_t target = engine_.next_seq_.load();
   const uint64_t failures_before = errors_.load();
   // Someone waits: no rate limit until it is done.
   urgent_.fetch_add(1);
   kick();
   std::unique_lock lock(mutex_);
-  progress_.wait(lock, [&] {
+  auto done = [&] {
     return stop_ || engine_.clean_horizon_.load() >= target || errors_.load() - failures_before >= kFailuresBeforeGivingUp;
-  });
+  };
+  while (!progress_.wait_for(lock, std::chrono::milliseconds(250), done)) {
+    if (!progress) continue;
+    lock.unlock();  // the count scans the index; the worker must not wait for it
+    progress(engine_.index_.sectors_at_or_above(engine_.clean_horizon_.load()) * kSectorSize);
+    lock.lock();
+  }
   urgent_.fetch_sub(1);
   if (engine_.clean_horizon_.load() >= target) return Status();
   if (stop_) return Status::error(ESHUTDOWN, "writeback stopped");

@@ -34,7 +34,8 @@ class Writeback {
   void kick();
   // Returns once every key numbered before the call is clean (written back and flushed), or with
   // the error that keeps writeback from getting there after repeated tries.
-  Status write_back_everything();
+  // progress (optional) gets the dirty bytes left about four times a second.
+  Status write_back_everything(const std::function<void(uint64_t dirty_bytes)>& progress = {});
 
   void add_to(CacheStats& stats) const;
 

@@ -72,6 +72,10 @@ std::string encode_failure(const Status& status) {
          "\n";
 }
 
+std::string encode_progress(const nlohmann::json& progress) {
+  return nlohmann::json{{"version", kProtocolVersion}, {"progress", progress}}.dump() + "\n";
+}
+
 Result<nlohmann::json> parse_response(std::string_view text) {
   const nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
   if (doc.is_discarded() || !doc.is_object() || !doc.contains("ok") || !doc["ok"].is_boolean()) {
@@ -118,7 +122,7 @@ Result<bool> bool_arg(const nlohmann::json& args, const std::string& name, bool 
   return it->get<bool>();
 }
 
-Result<nlohmann::json> call(const std::string& socket_path, const Request& request) {
+Result<nlohmann::json> call(const std::string& socket_path, const Request& request, const ProgressHandler& on_progress) {
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
@@ -143,6 +147,13 @@ Result<nlohmann::json> call(const std::string& socket_path, const Request& reque
     if (n < 0) return Status::error(errno, "cannot read pcachedd's answer: " + std::string(std::strerror(errno)));
     if (n == 0) break;
     answer.append(buffer, static_cast<size_t>(n));
+    // Every complete line with more after it is a progress report; the last line is the answer.
+    for (size_t end = answer.find('\n'); end != std::string::npos && end + 1 < answer.size(); end = answer.find('\n')) {
+      const nlohmann::json line = nlohmann::json::parse(std::string_view(answer).substr(0, end), nullptr, false);
+      if (!line.is_object() || !line.contains("progress")) break;
+      if (on_progress) on_progress(line["progress"]);
+      answer.erase(0, end + 1);
+    }
     if (answer.size() > 16 * kMaxMessageBytes) return Status::error(EPROTO, "pcachedd's answer is too large");
   }
   return parse_response(answer);

@@ -5,8 +5,13 @@
 //   {"version": 1, "command": "add", "args": {"cache": "/dev/dax0.0", "backing": "/dev/vdb"}}
 //   {"version": 1, "ok": true, "result": {...}}
 //   {"version": 1, "ok": false, "error": {"code": "EINVAL", "errno": 22, "message": "..."}}
+//
+// A long request (flush, remove) whose args ask for "progress": true gets progress lines before
+// its response, one JSON object per line:
+//   {"version": 1, "progress": {"dirty_bytes": ..., "written_back_bytes": ..., "elapsed_seconds": ...}}
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -30,6 +35,7 @@ std::string encode_request(const Request& request);
 
 std::string encode_success(const nlohmann::json& result);
 std::string encode_failure(const Status& status);
+std::string encode_progress(const nlohmann::json& progress);
 
 // A response as the client sees it: the daemon's result, or its error as a Status.
 Result<nlohmann::json> parse_response(std::string_view text);
@@ -41,7 +47,10 @@ Result<uint64_t> unsigned_arg(const nlohmann::json& args, const std::string& nam
                               uint64_t max);
 Result<bool> bool_arg(const nlohmann::json& args, const std::string& name, bool fallback);
 
-// Client side: sends one request to the daemon and returns its response.
-Result<nlohmann::json> call(const std::string& socket_path, const Request& request);
+// Client side: sends one request to the daemon and returns its response; progress lines that come
+// first go to on_progress.
+using ProgressHandler = std::function<void(const nlohmann::json& progress)>;
+Result<nlohmann::json> call(const std::string& socket_path, const Request& request,
+                            const ProgressHandler& on_progress = {});
 
 }  // namespace pcached::control

@@ -13,6 +13,14 @@ pcached pmem list | tee /tmp/pmem
 grep -q "^region0 (.*persistence domain" /tmp/pmem
 grep -q "devdax  /dev/dax0.0" /tmp/pmem
 start_daemon
+# A backing device that is mounted is refused (O_EXCL), and nothing is written to it.
+/sbin/mke2fs -q -t ext4 -F /dev/vda
+mkdir -p /mnt/busy && mount /dev/vda /mnt/busy
+echo precious > /mnt/busy/file
+expect_exit 1 pcached add --cache /dev/dax0.0 --backing /dev/vda --format --name busy
+grep -q "/dev/vda.*is in use (mounted" /tmp/out
+umount /mnt/busy
+mount /dev/vda /mnt/busy && grep -q precious /mnt/busy/file && umount /mnt/busy
 expect_exit 2 pcached add --cache /dev/dax0.0
 expect_exit 2 pcached add --cache /dev/dax0.0 --backing /dev/vda --depth 0
 expect_exit 2 pcached add --cache /dev/dax0.0 --backing /dev/vda --copy-policy warp
