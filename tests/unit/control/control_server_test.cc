@@ -95,7 +95,7 @@ TEST_CASE("hostile messages get an error answer and the server keeps serving", "
   const Case cases[] = {
       {"{not json\n", "not valid JSON"},
       {"\n", "not valid JSON"},
-      {std::string("\0\xff\xfe garbage\n", 14), "not valid JSON"},
+      {std::string("\0\xff\xfe garbage\n", sizeof "\0\xff\xfe garbage\n" - 1), "not valid JSON"},
       {R"({"version":99,"command":"echo"})" "\n", "protocol version 99 is not supported"},
       {R"({"version":1,"command":"echo","args":[1]})" "\n", "args"},
       {std::string(control::kMaxMessageBytes + 10, 'x'), "larger than"},
