@@ -81,7 +81,11 @@ Result<std::vector<CacheConfig>> load_state(const std::string& path) {
   }
   std::stringstream text;
   text << in.rdbuf();
-  const nlohmann::json doc = nlohmann::json::parse(text.str(), nullptr, false);
+  return parse_state(text.str(), path);
+}
+
+Result<std::vector<CacheConfig>> parse_state(std::string_view text, const std::string& path) {
+  const nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
   if (doc.is_discarded() || !doc.is_object()) return Status::error(EINVAL, "state file " + path + " is not valid JSON");
   if (!doc.contains("version") || doc["version"] != kStateVersion) {
     return Status::error(EINVAL, "state file " + path + " has an unsupported version");
