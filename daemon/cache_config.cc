@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -60,7 +61,14 @@ Result<CacheConfig> config_from_json(const nlohmann::json& doc) {
   c.gc_threshold = static_cast<unsigned>(gc.value());
   c.allow_volatile_region = volatile_region.value();
   c.read_miss_fill = fill.value();
-  if (doc.contains("device_id") && doc["device_id"].is_number_integer()) c.device_id = doc["device_id"].get<int>();
+  if (const auto id = doc.find("device_id"); id != doc.end() && id->is_number_integer()) {
+    // Restore takes over (or removes) the ublk device of this number: a value that does not fit
+    // must be refused, not truncated into some other device's number.
+    const bool in_range = id->is_number_unsigned() ? id->get<uint64_t>() <= INT_MAX
+                                                   : id->get<int64_t>() >= -1 && id->get<int64_t>() <= INT_MAX;
+    if (!in_range) return Status::error(EINVAL, "device_id " + id->dump() + " is neither -1 nor a ublk device number");
+    c.device_id = id->get<int>();
+  }
   return c;
 }
 
