@@ -170,6 +170,29 @@ TEST_CASE("a torn last key set ends the journal there; everything before it is s
   cache.value()->abandon();
 }
 
+TEST_CASE("a journal whose link leads back into it is refused, not replayed forever", "[cache][corruption]") {
+  // Found by the engine_open fuzzer (tests/fuzz): replay used to follow the loop without end.
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  make_dirty_cache(files);
+  const format::Superblock sb = superblock_of(files.region.path());
+  const format::ControlArea control = control_of(files.region.path(), sb.salt()).control;
+  format::JournalHead head;
+  for (const format::JournalHead& h : control.journals) {
+    if (h.in_use()) head = h;
+  }
+  std::array<std::byte, format::encoded_key_set_size(0)> link;
+  format::encode_link(head.segment, head.generation, head.generation, sb.salt(), link);
+  const int fd = ::open(files.region.path().c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  REQUIRE(::pwrite(fd, link.data(), link.size(), static_cast<off_t>(key_set_offset(sb, control, 20))) ==
+          static_cast<ssize_t>(link.size()));
+  ::close(fd);
+  auto cache = try_open(files.options());
+  REQUIRE_FALSE(cache.ok());
+  INFO(cache.status().message());
+  CHECK(cache.status().message().find("link back to segment " + std::to_string(head.segment)) != std::string::npos);
+}
+
 TEST_CASE("a damaged header of a segment holding dirty data is refused", "[cache][corruption]") {
   CacheFiles files(kRegionBytes, kBackingBytes);
   make_dirty_cache(files);
