@@ -117,6 +117,32 @@ TEST_CASE("both superblock copies damaged: refused, by name", "[cache][corruptio
   CHECK(formatted.status().message().find("add --force") != std::string::npos);
 }
 
+TEST_CASE("superblocks with a good checksum over impossible fields are damage, not foreign data", "[cache][corruption]") {
+  // Seen with the engine_open fuzzer's seeds: open called this "not a pcached cache" and suggested
+  // --format, and format went ahead without --force.
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  make_dirty_cache(files);
+  format::Superblock sb = superblock_of(files.region.path());
+  sb.segment_count = 100000;
+  std::array<std::byte, format::kSuperblockSize> bytes;
+  format::encode_superblock(sb, bytes);
+  const int fd = ::open(files.region.path().c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  for (uint64_t offset : format::kSuperblockOffsets) {
+    REQUIRE(::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(offset)) == static_cast<ssize_t>(bytes.size()));
+  }
+  ::close(fd);
+  auto cache = try_open(files.options());
+  REQUIRE_FALSE(cache.ok());
+  INFO(cache.status().message());
+  CHECK(cache.status().code() == EBADMSG);
+  CHECK(cache.status().message().find("both superblock copies are damaged") != std::string::npos);
+  CHECK(cache.status().message().find("do not fit") != std::string::npos);
+  auto formatted = try_open(files.options(true));
+  REQUIRE_FALSE(formatted.ok());
+  CHECK(formatted.status().message().find("add --force") != std::string::npos);
+}
+
 TEST_CASE("a damaged control slot is passed over: the other holds the same state", "[cache][corruption]") {
   const unsigned slot = GENERATE(0u, 1u);
   CacheFiles files(kRegionBytes, kBackingBytes);
