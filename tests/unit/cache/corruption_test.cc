@@ -219,6 +219,33 @@ TEST_CASE("a journal whose link leads back into it is refused, not replayed fore
   CHECK(cache.status().message().find("link back to segment " + std::to_string(head.segment)) != std::string::npos);
 }
 
+TEST_CASE("a key beyond the end of the backing device is refused", "[cache][corruption]") {
+  // A key no request could have made (its checksum good): writeback could never place its data.
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  make_dirty_cache(files);
+  const format::Superblock sb = superblock_of(files.region.path());
+  const format::ControlArea control = control_of(files.region.path(), sb.salt()).control;
+  const uint64_t offset = key_set_offset(sb, control, 3);
+  const auto record = read_at(files.region.path(), offset, 64);
+  format::JournalHead head;
+  for (const format::JournalHead& h : control.journals) {
+    if (h.in_use()) head = h;
+  }
+  std::vector<format::Key> keys;
+  REQUIRE(format::decode_key_set(record, head.generation, sb.salt(), keys).ok());
+  keys[0].sector = kBackingBytes / kSector - 4;  // its 8 sectors straddle the end
+  std::array<std::byte, format::encoded_key_set_size(1)> encoded;
+  format::encode_keys(keys, head.generation, sb.salt(), encoded);
+  const int fd = ::open(files.region.path().c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  REQUIRE(::pwrite(fd, encoded.data(), encoded.size(), static_cast<off_t>(offset)) == static_cast<ssize_t>(encoded.size()));
+  ::close(fd);
+  auto cache = try_open(files.options());
+  REQUIRE_FALSE(cache.ok());
+  INFO(cache.status().message());
+  CHECK(cache.status().message().find("lies beyond the end of the backing device") != std::string::npos);
+}
+
 TEST_CASE("a damaged header of a segment holding dirty data is refused", "[cache][corruption]") {
   CacheFiles files(kRegionBytes, kBackingBytes);
   make_dirty_cache(files);
