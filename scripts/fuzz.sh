@@ -43,13 +43,13 @@ for target in "${targets[@]}"; do
   rm -rf "$work"
   mkdir -p "$work/new"
   # The JSON parsers take messages up to the protocol's 64 KiB; the binary inputs are small.
-  max_len=4096
-  [[ "$target" == protocol || "$target" == state_file ]] && max_len=66000
+  options=(-max_len=4096)
+  [[ "$target" == protocol || "$target" == state_file ]] && options=(-max_len=66000 -dict=tests/fuzz/json.dict)
   echo "fuzz: $target for ${seconds}s"
-  "$binary" -max_total_time="$seconds" -timeout=10 -max_len="$max_len" -print_final_stats=1 \
+  "$binary" -max_total_time="$seconds" -timeout=10 "${options[@]}" -print_final_stats=1 \
     -artifact_prefix="$work/" "$work/new" "$corpus" >"$work/log" 2>&1 || true
   before=$(find "$corpus" -type f | wc -l)
-  "$binary" -merge=1 -max_len="$max_len" "$corpus" "$work/new" >"$work/merge.log" 2>&1
+  "$binary" -merge=1 "${options[0]}" "$corpus" "$work/new" >"$work/merge.log" 2>&1
   after=$(find "$corpus" -type f | wc -l)
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/log")
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$work/log")
