@@ -1,12 +1,14 @@
 // Attaching a cache whose region holds anything: Cache::open must either attach or refuse with a
 // Status, never crash, hang or trip a sanitizer. Covers superblock choice and repair, control
 // slot choice, segment headers, journal replay (links, torn and damaged key sets) and the checks
-// on replayed keys; optionally reads through a queue from what was replayed.
+// on replayed keys; optionally reads through a queue from what was replayed, and writes all of it
+// back and detaches (writeback, journal reclaim and GC over what replay accepted).
 //
 // An input patches a valid image (cache_image.h) of a cache abandoned with dirty data:
 //   [flags] then patches: [area] [offset, u16 LE] [length] [length bytes] ...
 //   flags bit 0: reseal every checksum after patching (the fuzzer then gets behind the CRCs)
 //   flags bit 1: if the cache attaches, read the image's written ranges through a queue
+//   flags bit 2: if the cache attaches, flush_all() and detach (each may refuse, not hang)
 //   area: see patch_area() (superblock copies, control slots, the head of each segment); the
 //   offset wraps within the area, bytes past its end are dropped.
 // PCACHED_FUZZ_WRITE_SEEDS=<dir> writes the seed corpus to <dir>/engine_open and exits.
@@ -140,6 +142,8 @@ void write_seeds(const std::string& directory) {
   seeds.write("pristine", 0, {});
   seeds.write("pristine-read", 2, {});
   seeds.write("resealed-read", 3, {});
+  seeds.write("pristine-flush-detach", 4, {});
+  seeds.write("resealed-read-flush-detach", 7, {});
   seeds.write("superblock0-damaged", 0, {{0, 40, {0xa5}}});
   seeds.write("superblocks-both-damaged", 0, {{0, 40, {0xa5}}, {1, 60, {0x5a}}});
   seeds.write("superblock0-blank", 0, {{0, 0, std::vector<uint8_t>(255, 0)}, {0, 255, {0}}});
@@ -169,6 +173,7 @@ void write_seeds(const std::string& directory) {
   std::vector<uint8_t> header = le32(format::kSegmentMagic);
   for (auto part : {le32(0), le32(2), le32(1), le32(free_segment), le32(0)}) header.insert(header.end(), part.begin(), part.end());
   seeds.write("journal-link", 3, {{journal_area, end, link}, {uint8_t(4 + free_segment), 0, header}});
+  seeds.write("journal-link-flush-detach", 7, {{journal_area, end, link}, {uint8_t(4 + free_segment), 0, header}});
 }
 
 }  // namespace
@@ -212,6 +217,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   if (flags & 2) read_back(*cache.value());
+  if (flags & 4) {
+    const Status flushed = cache.value()->flush_all();
+    FUZZ_CHECK(flushed.ok() || !flushed.message().empty());
+    const Status detached = cache.value()->detach(/*force=*/false);
+    FUZZ_CHECK(detached.ok() || !detached.message().empty());
+    if (!detached.ok()) cache.value()->abandon();
+    return 0;
+  }
   cache.value()->abandon();
   return 0;
 }
