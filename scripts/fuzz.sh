@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A longer fuzzing campaign than the test suite's: runs every fuzz target (or those named) for
 # SECONDS each (default 600), from its committed corpus, then merges the inputs that reach new
-# code into tests/fuzz/corpus/<target>/ (commit them). Crash, leak and timeout reproducers stay in
-# build-fuzz/campaign/<target>/; the script exits non-zero if there are any. docs/fuzzing.md.
+# code (new edges) into tests/fuzz/corpus/<target>/ (commit them). Crash, leak and timeout
+# reproducers stay in build-fuzz/campaign/<target>/; the script exits non-zero if there are any.
+# docs/fuzzing.md says more.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
 #   scripts/fuzz.sh --seeds        rewrite the generated seeds (each target writes its own)
 set -euo pipefail
@@ -49,7 +50,8 @@ for target in "${targets[@]}"; do
   "$binary" -max_total_time="$seconds" -timeout=10 "${options[@]}" -print_final_stats=1 \
     -artifact_prefix="$work/" "$work/new" "$corpus" >"$work/log" 2>&1 || true
   before=$(find "$corpus" -type f | wc -l)
-  "$binary" -merge=1 "${options[0]}" "$corpus" "$work/new" >"$work/merge.log" 2>&1
+  # Keeps the inputs that reach new edges (not merely new hit counts): the corpus stays small.
+  "$binary" -merge=1 -use_counters=0 "${options[0]}" "$corpus" "$work/new" >"$work/merge.log" 2>&1
   after=$(find "$corpus" -type f | wc -l)
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/log")
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$work/log")
