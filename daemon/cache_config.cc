@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -96,7 +97,14 @@ Result<CacheConfig> config_from_json(const nlohmann::json& doc) {
   c.allow_volatile_region = volatile_region.value();
   c.allow_volatile_writeback = volatile_writeback.value();
   if (Status status = read_tunables(doc, c.tunables); !status.ok()) return status;
-  if (doc.contains("device_id") && doc["device_id"].is_number_integer()) c.device_id = doc["device_id"].get<int>();
+  if (const auto id = doc.find("device_id"); id != doc.end() && id->is_number_integer()) {
+    // Restore takes over (or removes) the ublk device of this number: a value that does not fit
+    // must be refused, not truncated into some other device's number.
+    const bool in_range = id->is_number_unsigned() ? id->get<uint64_t>() <= INT_MAX
+                                                   : id->get<int64_t>() >= -1 && id->get<int64_t>() <= INT_MAX;
+    if (!in_range) return Status::error(EINVAL, "device_id " + id->dump() + " is neither -1 nor a ublk device number");
+    c.device_id = id->get<int>();
+  }
   return c;
 }
 
@@ -117,7 +125,11 @@ Result<std::vector<CacheConfig>> load_state(const std::string& path) {
   }
   std::stringstream text;
   text << in.rdbuf();
-  const nlohmann::json doc = nlohmann::json::parse(text.str(), nullptr, false);
+  return parse_state(text.str(), path);
+}
+
+Result<std::vector<CacheConfig>> parse_state(std::string_view text, const std::string& path) {
+  const nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
   if (doc.is_discarded() || !doc.is_object()) return Status::error(EINVAL, "state file " + path + " is not valid JSON");
   if (!doc.contains("version") || doc["version"] != kStateVersion) {
     return Status::error(EINVAL, "state file " + path + " has an unsupported version");

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "pcached/status.h"
@@ -33,6 +34,8 @@ Result<CacheConfig> config_from_json(const nlohmann::json& doc);
 
 // The state file: {"version": 1, "caches": [...]}, replaced atomically (write, fsync, rename).
 Result<std::vector<CacheConfig>> load_state(const std::string& path);
+// The state file's text, as load_state reads it; `path` only names it in messages.
+Result<std::vector<CacheConfig>> parse_state(std::string_view text, const std::string& path);
 Status save_state(const std::string& path, const std::vector<CacheConfig>& caches);
 
 // Cache names: 1-64 of [A-Za-z0-9_.-], not starting with '.' or '-'.

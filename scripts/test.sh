@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of pcached: installs what is missing, builds, runs the suite in the normal
-# build and again with ASan+UBSan. Exits non-zero if anything failed or did not run.
+# build and again with ASan+UBSan, then the fuzz targets briefly (clang). Exits non-zero if
+# anything failed or did not run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,11 +26,26 @@ run_suite build "" --buildtype=debugoptimized || status=1
 # symbols at load time). The VM suite runs once, above.
 run_suite build-asan "--no-suite vm" --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false || status=1
 
-# One closing line over both builds, counted from meson's own logs.
+# The fuzz targets (tests/fuzz/): clang with ASan+UBSan, each run briefly from its seed corpus.
+# Only the fuzz targets are built here; scripts/fuzz.sh runs the longer campaigns.
+run_fuzz() {
+  if [[ ! -f build-fuzz/build.ninja ]]; then
+    CXX=clang++ meson setup build-fuzz -Dfuzzing=true --buildtype=debugoptimized \
+      -Db_sanitize=address,undefined -Db_lundef=false
+  fi
+  rm -f build-fuzz/meson-logs/testlog.json
+  # (&&: errexit does not apply inside a function called with ||; a failed build must not test.)
+  meson compile -C build-fuzz fuzz &&
+    meson test -C build-fuzz --no-rebuild --print-errorlogs --num-processes 2 --suite fuzz
+}
+run_fuzz || status=1
+
+# One closing line over all builds, counted from meson's own logs.
 python3 - <<'PY'
 import json, pathlib
 passed = failed = 0
-for log in ("build/meson-logs/testlog.json", "build-asan/meson-logs/testlog.json"):
+for log in ("build/meson-logs/testlog.json", "build-asan/meson-logs/testlog.json",
+            "build-fuzz/meson-logs/testlog.json"):
     path = pathlib.Path(log)
     if not path.exists():
         failed += 1

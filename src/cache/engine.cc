@@ -202,8 +202,13 @@ Result<Superblock> Engine::load_or_format(const CacheOptions& options, const pme
                                           const backing::BackingDevice& backing, pmem::PmemWriter& writer) {
   const std::string& path = region.path();
   Result<Superblock> copies[2] = {read_superblock_copy(region, 0), read_superblock_copy(region, 1)};
-  const bool any_pcached = std::any_of(std::begin(copies), std::end(copies), [](const Result<Superblock>& copy) {
-    return copy.ok() || copy.status().code() == format::kCorrupt || copy.status().code() == format::kNewerVersion;
+  // A copy with our magic and a matching checksum but fields that cannot be (EINVAL) is damage
+  // to a pcached superblock too, not something else's data.
+  const auto damaged = [](const Result<Superblock>& copy) {
+    return copy.status().code() == format::kCorrupt || copy.status().code() == EINVAL;
+  };
+  const bool any_pcached = std::any_of(std::begin(copies), std::end(copies), [&](const Result<Superblock>& copy) {
+    return copy.ok() || damaged(copy) || copy.status().code() == format::kNewerVersion;
   });
 
   if (options.format) {
@@ -260,7 +265,7 @@ Result<Superblock> Engine::load_or_format(const CacheOptions& options, const pme
   if (code0 == format::kBlank && code1 == format::kBlank) {
     return Status::error(ENODATA, "pmem region " + path + " is blank: it holds no cache; format it (--format) to create one");
   }
-  if (code0 == format::kCorrupt || code1 == format::kCorrupt) {
+  if (damaged(copies[0]) || damaged(copies[1])) {
     return Status::error(EBADMSG, "pmem region " + path + ": both superblock copies are damaged (copy 0: " +
                                       copies[0].status().message() + "; copy 1: " + copies[1].status().message() +
                                       "); refusing to attach");

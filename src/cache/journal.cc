@@ -65,6 +65,14 @@ bool JournalReader::follow_link(uint32_t segment, uint32_t generation) {
     damage_ = "link to segment " + std::to_string(segment) + ", beyond the last segment";
     return false;
   }
+  // A journal only ever links to a segment it has just allocated, never to one already in its
+  // chain: a link back is damage, and following it would read the same key sets forever.
+  if (std::any_of(segments_.begin(), segments_.end(), [&](const ChainSegment& s) { return s.segment == segment; })) {
+    end_ = JournalEnd::Damaged;
+    damage_ = "journal " + std::to_string(slot_) + ", segment " + std::to_string(position_.segment) +
+              ": link back to segment " + std::to_string(segment) + ", which the journal already went through";
+    return false;
+  }
   auto header = read_segment_header(region_, superblock_, segment);
   if (!header.ok() && header.status().code() != ENODATA) {
     end_ = JournalEnd::Damaged;

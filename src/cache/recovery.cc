@@ -98,7 +98,16 @@ Status Engine::recover() {
 
   std::sort(live.begin(), live.end(), [](const format::Key& a, const format::Key& b) { return a.seq < b.seq; });
   std::map<uint32_t, uint64_t> data_segments;  // segment -> newest dirty key in it
+  const uint64_t device_sectors = backing_->size() >> format::kSectorShift;
   for (const format::Key& key : live) {
+    // Requests past the end of the device are refused before they get a key, so such a key is
+    // damage; writeback could neither place its data nor ever get past it.
+    if (key.sector >= device_sectors || key.sectors > device_sectors - key.sector) {
+      return Status::error(EBADMSG, where + ": key " + std::to_string(key.seq) + " (sectors " +
+                                        std::to_string(key.sector) + "+" + std::to_string(key.sectors) +
+                                        ") lies beyond the end of the backing device (" +
+                                        std::to_string(device_sectors) + " sectors); refusing to serve possibly wrong data");
+    }
     if (key.kind == format::KeyKind::Discard) {
       index_.remove(key.sector, key.sectors, key.seq);
       continue;

@@ -30,10 +30,37 @@ const char* errno_name(int code) {
   }
 }
 
+// Whether arrays and objects in the JSON text nest deeper than kMaxNesting (brackets inside
+// strings do not count; malformed text is left to the parser).
+bool nested_too_deep(std::string_view text) {
+  int depth = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxNesting) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 Result<Request> parse_request(std::string_view text) {
   if (text.size() > kMaxMessageBytes) return bad_request("larger than " + std::to_string(kMaxMessageBytes) + " bytes");
+  if (nested_too_deep(text)) return bad_request("nested deeper than " + std::to_string(kMaxNesting) + " levels");
   const nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return bad_request("not valid JSON");
   if (!doc.is_object()) return bad_request("not a JSON object");
@@ -77,7 +104,8 @@ std::string encode_progress(const nlohmann::json& progress) {
 }
 
 Result<nlohmann::json> parse_response(std::string_view text) {
-  const nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
+  const nlohmann::json doc =
+      nested_too_deep(text) ? nlohmann::json(nlohmann::json::value_t::discarded) : nlohmann::json::parse(text, nullptr, false);
   if (doc.is_discarded() || !doc.is_object() || !doc.contains("ok") || !doc["ok"].is_boolean()) {
     return Status::error(EPROTO, "the daemon's answer is not a pcached response");
   }

@@ -22,6 +22,9 @@ namespace pcached::control {
 
 inline constexpr int kProtocolVersion = 1;
 inline constexpr size_t kMaxMessageBytes = 64 * 1024;
+// Requests and responses nest a few levels. nlohmann parses iteratively but copies recursively,
+// and 64 KiB of brackets nest deep enough to overflow a thread's stack in a debug or ASan build.
+inline constexpr int kMaxNesting = 32;
 inline constexpr const char* kDefaultSocket = "/run/pcached/pcached.sock";
 
 struct Request {

@@ -32,7 +32,7 @@ std::string read_brand() {
 CpuFeatures detect() {
   CpuFeatures features;
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid_max(0, nullptr) >= kLeafExtendedFeatures &&
+  if (static_cast<unsigned>(__get_cpuid_max(0, nullptr)) >= kLeafExtendedFeatures &&
       __get_cpuid_count(kLeafExtendedFeatures, 0, &eax, &ebx, &ecx, &edx)) {
     features.clflushopt = (ebx & kEbxClflushopt) != 0;
     features.clwb = (ebx & kEbxClwb) != 0;

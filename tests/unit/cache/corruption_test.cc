@@ -117,6 +117,32 @@ TEST_CASE("both superblock copies damaged: refused, by name", "[cache][corruptio
   CHECK(formatted.status().message().find("add --force") != std::string::npos);
 }
 
+TEST_CASE("superblocks with a good checksum over impossible fields are damage, not foreign data", "[cache][corruption]") {
+  // Seen with the engine_open fuzzer's seeds: open called this "not a pcached cache" and suggested
+  // --format, and format went ahead without --force.
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  make_dirty_cache(files);
+  format::Superblock sb = superblock_of(files.region.path());
+  sb.segment_count = 100000;
+  std::array<std::byte, format::kSuperblockSize> bytes;
+  format::encode_superblock(sb, bytes);
+  const int fd = ::open(files.region.path().c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  for (uint64_t offset : format::kSuperblockOffsets) {
+    REQUIRE(::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(offset)) == static_cast<ssize_t>(bytes.size()));
+  }
+  ::close(fd);
+  auto cache = try_open(files.options());
+  REQUIRE_FALSE(cache.ok());
+  INFO(cache.status().message());
+  CHECK(cache.status().code() == EBADMSG);
+  CHECK(cache.status().message().find("both superblock copies are damaged") != std::string::npos);
+  CHECK(cache.status().message().find("do not fit") != std::string::npos);
+  auto formatted = try_open(files.options(true));
+  REQUIRE_FALSE(formatted.ok());
+  CHECK(formatted.status().message().find("add --force") != std::string::npos);
+}
+
 TEST_CASE("a damaged control slot is passed over: the other holds the same state", "[cache][corruption]") {
   const unsigned slot = GENERATE(0u, 1u);
   CacheFiles files(kRegionBytes, kBackingBytes);
@@ -168,6 +194,56 @@ TEST_CASE("a torn last key set ends the journal there; everything before it is s
   for (uint32_t s = 0; s < 8; ++s) CHECK(decode_sector(buffer.data() + s * kSector, 19 * 64 + s) == 0);
   queue.reset();
   cache.value()->abandon();
+}
+
+TEST_CASE("a journal whose link leads back into it is refused, not replayed forever", "[cache][corruption]") {
+  // Found by the engine_open fuzzer (tests/fuzz): replay used to follow the loop without end.
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  make_dirty_cache(files);
+  const format::Superblock sb = superblock_of(files.region.path());
+  const format::ControlArea control = control_of(files.region.path(), sb.salt()).control;
+  format::JournalHead head;
+  for (const format::JournalHead& h : control.journals) {
+    if (h.in_use()) head = h;
+  }
+  std::array<std::byte, format::encoded_key_set_size(0)> link;
+  format::encode_link(head.segment, head.generation, head.generation, sb.salt(), link);
+  const int fd = ::open(files.region.path().c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  REQUIRE(::pwrite(fd, link.data(), link.size(), static_cast<off_t>(key_set_offset(sb, control, 20))) ==
+          static_cast<ssize_t>(link.size()));
+  ::close(fd);
+  auto cache = try_open(files.options());
+  REQUIRE_FALSE(cache.ok());
+  INFO(cache.status().message());
+  CHECK(cache.status().message().find("link back to segment " + std::to_string(head.segment)) != std::string::npos);
+}
+
+TEST_CASE("a key beyond the end of the backing device is refused", "[cache][corruption]") {
+  // A key no request could have made (its checksum good): writeback could never place its data.
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  make_dirty_cache(files);
+  const format::Superblock sb = superblock_of(files.region.path());
+  const format::ControlArea control = control_of(files.region.path(), sb.salt()).control;
+  const uint64_t offset = key_set_offset(sb, control, 3);
+  const auto record = read_at(files.region.path(), offset, 64);
+  format::JournalHead head;
+  for (const format::JournalHead& h : control.journals) {
+    if (h.in_use()) head = h;
+  }
+  std::vector<format::Key> keys;
+  REQUIRE(format::decode_key_set(record, head.generation, sb.salt(), keys).ok());
+  keys[0].sector = kBackingBytes / kSector - 4;  // its 8 sectors straddle the end
+  std::array<std::byte, format::encoded_key_set_size(1)> encoded;
+  format::encode_keys(keys, head.generation, sb.salt(), encoded);
+  const int fd = ::open(files.region.path().c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  REQUIRE(::pwrite(fd, encoded.data(), encoded.size(), static_cast<off_t>(offset)) == static_cast<ssize_t>(encoded.size()));
+  ::close(fd);
+  auto cache = try_open(files.options());
+  REQUIRE_FALSE(cache.ok());
+  INFO(cache.status().message());
+  CHECK(cache.status().message().find("lies beyond the end of the backing device") != std::string::npos);
 }
 
 TEST_CASE("a damaged header of a segment holding dirty data is refused", "[cache][corruption]") {

@@ -47,6 +47,22 @@ TEST_CASE("malformed requests are refused with the reason", "[control][protocol]
   CHECK(parse_request(huge).status().message().find("larger than") != std::string::npos);
 }
 
+TEST_CASE("deeply nested requests are refused before they are copied", "[control][protocol][bad-input]") {
+  // Found by the protocol fuzz target: 64 KiB of '[' overflowed the stack when the parsed args
+  // were copied (ASan and -O0 builds; the daemon's control thread would die the same way).
+  auto nested = [](int levels, const std::string& inner) {
+    return R"({"version":1,"command":"add","args":{"a":)" + std::string(levels, '[') + inner + std::string(levels, ']') + "}}";
+  };
+  CHECK(parse_request(nested(kMaxNesting - 2, "")).ok());  // the request object and args are two levels
+  auto deep = parse_request(nested(kMaxNesting - 1, ""));
+  REQUIRE_FALSE(deep.ok());
+  CHECK(deep.status().message().find("nested deeper than 32 levels") != std::string::npos);
+  CHECK_FALSE(parse_request(nested(30000, "")).ok());
+  // Brackets inside strings are text, escaped quotes included.
+  CHECK(parse_request(nested(1, R"("\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[")")).ok());
+  CHECK(parse_response(std::string(30000, '[') + std::string(30000, ']')).status().code() == EPROTO);
+}
+
 TEST_CASE("typed arguments check type and range", "[control][protocol][bad-input]") {
   const nlohmann::json args = nlohmann::json::parse(
       R"({"name":"c","queues":2,"depth":-3,"big":99999999999,"flag":true,"word":"yes","nul":"a\u0000b"})");

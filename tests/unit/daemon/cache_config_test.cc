@@ -54,6 +54,14 @@ TEST_CASE("a damaged state file is refused with the reason", "[daemon][state][ba
   CHECK(load_state(file.path()).status().message().find("expected an object") != std::string::npos);
   write(R"({"version":1,"caches":[{"name":"a","region":"/a","backing":"/b","gc_threshold":-3}]})");
   CHECK(load_state(file.path()).status().message().find("gc_threshold: expected a string") != std::string::npos);
+  // Found by the state-file fuzzer: 4294967296 used to become device 0, someone else's device.
+  for (const char* id : {"4294967296", "2147483648", "-2", "-9223372036854775808", "18446744073709551615"}) {
+    INFO(id);
+    write(std::string(R"({"version":1,"caches":[{"name":"a","region":"/a","backing":"/b","device_id":)") + id + "}]}");
+    CHECK(load_state(file.path()).status().message().find("neither -1 nor a ublk device number") != std::string::npos);
+  }
+  write(R"({"version":1,"caches":[{"name":"a","region":"/a","backing":"/b","device_id":2147483647}]})");
+  CHECK(load_state(file.path())->at(0).device_id == 2147483647);
 }
 
 TEST_CASE("settings come from the add request's keys and from older state files", "[daemon][state]") {

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Runs one fuzz target for the meson suite "fuzz": it starts from the committed seeds and writes
+# what it finds (new inputs, crash reproducers) under the build directory, never into the source
+# tree. Each run starts afresh.
+#   run_fuzzer.sh <target> <seed directory> <work directory> [libFuzzer options...]
+set -euo pipefail
+target=$1 seeds=$2 work=$3
+shift 3
+rm -rf "$work"
+mkdir -p "$work/corpus"
+exec "$target" -artifact_prefix="$work/" "$@" "$work/corpus" "$seeds"
