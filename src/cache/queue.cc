@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 
 #include "cache/writeback.h"
@@ -246,6 +247,9 @@ void EngineQueue::commit(std::vector<format::Key>& keys) {
   // Published only after the index holds the keys: writeback looks keys up in the index.
   journal_.publish(keys.back().seq);
   seal_filled();
+  // Journaled once: a key left here would be journaled again by the next commit, with a newer
+  // sequence number, undoing whatever other queues wrote to its sectors in between.
+  keys.clear();
 }
 
 void EngineQueue::seal_filled() {
@@ -284,7 +288,7 @@ int EngineQueue::stage_write(const Request& request) {
 }
 
 int EngineQueue::write(const Request& request) {
-  keys_.clear();
+  assert(keys_.empty());  // batches are committed before any other request
   if (int error = stage_write(request); error != 0) return error;
   // Ordering: data (and any new segment header) durable before the key is written, so a key that
   // survives a power cut never points at torn data.
@@ -299,7 +303,6 @@ void EngineQueue::commit_staged_writes() {
     // The same ordering as a single write: one fence for all the batch's data, then its keys.
     writer_.drain();
     commit(keys_);
-    keys_.clear();
   }
   std::vector<StagedWrite> done;
   done.swap(staged_);
@@ -310,7 +313,7 @@ void EngineQueue::commit_staged_writes() {
 }
 
 void EngineQueue::commit_range(const Request& request, format::KeyKind kind) {
-  keys_.clear();  // nothing staged: commit_staged_writes() ran before
+  assert(keys_.empty());  // nothing staged: commit_staged_writes() ran before
   format::Key key;
   key.sector = request.sector;
   key.sectors = request.sectors;

@@ -382,3 +382,42 @@ TEST_CASE("random batches (as the ublk frontend submits them) match the model", 
   auto again = make_queue(*reopened);
   check_everything(*again, model, 0, span + 16);
 }
+
+TEST_CASE("a queue journals each key once: its next batch does not repeat the last request's keys",
+          "[cache][engine][batch]") {
+  // A queue kept the keys of its last single request (a write, write-zeroes or discard) among the
+  // keys it stages, and its next batch of writes journaled them again with new sequence numbers:
+  // sectors another queue had written in between read back as the older data, or as zeros. A
+  // repeated write key also named a segment GC could already have reclaimed (its newest key
+  // there was the old number), which recovery then refused.
+  const cache::Op op = GENERATE(cache::Op::Write, cache::Op::WriteZeroes, cache::Op::Discard);
+  INFO("first request: " << (op == cache::Op::Write ? "write" : op == cache::Op::WriteZeroes ? "write-zeroes" : "discard"));
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  auto cache = open_cache(files.options(true));
+  auto first = make_queue(*cache);
+  auto second = make_queue(*cache);
+  const auto older = pattern(6, 100, 8);
+  REQUIRE(first->execute({op, 100, 8, const_cast<std::byte*>(older.data()), false}) ==
+          (op == cache::Op::Write ? 8 * 512 : 0));
+  const auto data = pattern(7, 100, 8);
+  REQUIRE(second->write(100, 8, data.data()) == 8 * 512);
+  // Elsewhere, as a batch on the first queue.
+  const auto other = pattern(8, 5000, 8);
+  const std::vector<int> results =
+      first->execute_batch({{cache::Op::Write, 5000, 8, const_cast<std::byte*>(other.data()), false},
+                            {cache::Op::Write, 5000, 8, const_cast<std::byte*>(other.data()), false}});
+  CHECK(results == std::vector<int>{8 * 512, 8 * 512});
+  CHECK(cache->stats().next_seq == 5);  // four keys: the first request's, the write, the batch's two
+  std::vector<std::byte> buffer(8 * kSector);
+  REQUIRE(second->read(100, 8, buffer.data()) == 8 * 512);
+  for (uint32_t i = 0; i < 8; ++i) CHECK(decode_sector(buffer.data() + i * kSector, 100 + i) == 7);
+  // And so after a crash.
+  first.reset();
+  second.reset();
+  cache->abandon();
+  cache.reset();
+  auto reopened = open_cache(files.options());
+  auto queue = make_queue(*reopened);
+  REQUIRE(queue->read(100, 8, buffer.data()) == 8 * 512);
+  for (uint32_t i = 0; i < 8; ++i) CHECK(decode_sector(buffer.data() + i * kSector, 100 + i) == 7);
+}
