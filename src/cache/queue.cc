@@ -79,11 +79,15 @@ class EngineQueue::ReadOperation {
 // the range; the backing device's answer (it may not support discard) does not change the result.
 class DiscardForward final : public io::CompletionHandler {
  public:
-  DiscardForward(RequestCompletion* completion, const Timing& timing) : completion_(completion), timing_(timing) {}
+  DiscardForward(Engine& engine, uint64_t ticket, RequestCompletion* completion, const Timing& timing)
+      : engine_(engine), ticket_(ticket), completion_(completion), timing_(timing) {}
   void on_completion(int result) override {
     if (result < 0 && result != -EOPNOTSUPP && result != -EINVAL) {
       spdlog::debug("backing discard failed: {}", std::strerror(-result));
     }
+    // Writeback may now store newer data of these sectors.
+    engine_.discards_.remove(ticket_);
+    engine_.writeback_->kick();
     timing_.record();
     RequestCompletion* completion = completion_;
     delete this;
@@ -91,6 +95,8 @@ class DiscardForward final : public io::CompletionHandler {
   }
 
  private:
+  Engine& engine_;
+  uint64_t ticket_;
   RequestCompletion* completion_;
   Timing timing_;
 };
@@ -329,10 +335,13 @@ int EngineQueue::write_zeroes(const Request& request) {
 }
 
 void EngineQueue::discard(const Request& request, RequestCompletion* completion, const Timing& timing) {
+  // Ordering: registered before the key is numbered (discards_in_flight.h), so writeback holds
+  // back every newer write of these sectors until the backing device has done the discard.
+  const uint64_t ticket = engine_.discards_.add(request.sector, request.sectors);
   commit_range(request, format::KeyKind::Discard);
   QueueCounters::bump(counters_.discards);
   engine_.backing_->discard(ring_, request.sector * kSectorSize, uint64_t{request.sectors} * kSectorSize,
-                            new DiscardForward(completion, timing));
+                            new DiscardForward(engine_, ticket, completion, timing));
 }
 
 void EngineQueue::read(const Request& request, RequestCompletion* completion, const Timing& timing) {
