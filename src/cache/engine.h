@@ -11,6 +11,7 @@
 #include "backing/backing_device.h"
 #include "cache/control_store.h"
 #include "cache/data_checksums.h"
+#include "cache/discards_in_flight.h"
 #include "cache/extent_index.h"
 #include "cache/journal.h"
 #include "cache/promotion_filter.h"
@@ -92,6 +93,7 @@ class Engine final : public Cache {
   SegmentActivity activity_;  // live data and heat per segment, for GC's choice
   DataChecksums checksums_;   // data_crc
   ExtentIndex index_;
+  DiscardsInFlight discards_;  // passed down to the backing device, not completed yet
   std::array<JournalState, format::kMaxJournals> journals_;
   std::atomic<uint64_t> next_seq_{1};
   std::atomic<uint64_t> clean_horizon_{1};  // as persisted in the control area

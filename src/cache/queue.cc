@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 
 #include "cache/writeback.h"
@@ -77,11 +78,15 @@ class EngineQueue::ReadOperation {
 // the range; the backing device's answer (it may not support discard) does not change the result.
 class DiscardForward final : public io::CompletionHandler {
  public:
-  DiscardForward(RequestCompletion* completion, const Timing& timing) : completion_(completion), timing_(timing) {}
+  DiscardForward(Engine& engine, uint64_t ticket, RequestCompletion* completion, const Timing& timing)
+      : engine_(engine), ticket_(ticket), completion_(completion), timing_(timing) {}
   void on_completion(int result) override {
     if (result < 0 && result != -EOPNOTSUPP && result != -EINVAL) {
       spdlog::debug("backing discard failed: {}", std::strerror(-result));
     }
+    // Writeback may now store newer data of these sectors.
+    engine_.discards_.remove(ticket_);
+    engine_.writeback_->kick();
     timing_.record();
     RequestCompletion* completion = completion_;
     delete this;
@@ -89,6 +94,8 @@ class DiscardForward final : public io::CompletionHandler {
   }
 
  private:
+  Engine& engine_;
+  uint64_t ticket_;
   RequestCompletion* completion_;
   Timing timing_;
 };
@@ -207,8 +214,11 @@ EngineQueue::WriteRoute EngineQueue::route_write(const Request& request, const T
   // A write over dirty data stays in the cache whatever the mode: written to the device now, it
   // could be overwritten there by the older dirty data that writeback is about to copy. The same
   // holds for data writeback has already collected, even if a discard or a newer write has
-  // dropped it from the index since.
-  if (state.dirty || engine_.writeback_->in_flight(request.sector, request.sectors)) return WriteRoute::Cache;
+  // dropped it from the index since, and for a discard still on its way to the device.
+  if (state.dirty || engine_.writeback_->in_flight(request.sector, request.sectors) ||
+      engine_.discards_.overlaps(request.sector, request.sectors)) {
+    return WriteRoute::Cache;
+  }
   if (sequential && !state.cached) {
     // A long stream of data the cache does not hold goes around it (hit-aware: data that is
     // cached keeps being served and updated in the cache).
@@ -309,6 +319,9 @@ void EngineQueue::commit(std::vector<format::Key>& keys) {
   // Published only after the index holds the keys: writeback looks keys up in the index.
   journal_.publish(keys.back().seq);
   seal_filled();
+  // Journaled once: a key left here would be journaled again by the next commit, with a newer
+  // sequence number, undoing whatever other queues wrote to its sectors in between.
+  keys.clear();
 }
 
 void EngineQueue::seal_filled() {
@@ -351,7 +364,7 @@ int EngineQueue::stage_write(const Request& request, format::KeyKind kind) {
 }
 
 int EngineQueue::write(const Request& request, format::KeyKind kind) {
-  keys_.clear();
+  assert(keys_.empty());  // batches are committed before any other request
   if (int error = stage_write(request, kind); error != 0) return error;
   // Ordering: data (and any new segment header) durable before the key is written, so a key that
   // survives a power cut never points at torn data.
@@ -366,7 +379,6 @@ void EngineQueue::commit_staged_writes() {
     // The same ordering as a single write: one fence for all the batch's data, then its keys.
     writer_.drain();
     commit(keys_);
-    keys_.clear();
   }
   std::vector<StagedWrite> done;
   done.swap(staged_);
@@ -377,7 +389,7 @@ void EngineQueue::commit_staged_writes() {
 }
 
 void EngineQueue::commit_range(const Request& request, format::KeyKind kind) {
-  keys_.clear();  // nothing staged: commit_staged_writes() ran before
+  assert(keys_.empty());  // nothing staged: commit_staged_writes() ran before
   format::Key key;
   key.sector = request.sector;
   key.sectors = request.sectors;
@@ -393,10 +405,13 @@ int EngineQueue::write_zeroes(const Request& request) {
 }
 
 void EngineQueue::discard(const Request& request, RequestCompletion* completion, const Timing& timing) {
+  // Ordering: registered before the key is numbered (discards_in_flight.h), so writeback holds
+  // back every newer write of these sectors until the backing device has done the discard.
+  const uint64_t ticket = engine_.discards_.add(request.sector, request.sectors);
   commit_range(request, format::KeyKind::Discard);
   QueueCounters::bump(counters_.discards);
   engine_.backing_->discard(ring_, request.sector * kSectorSize, uint64_t{request.sectors} * kSectorSize,
-                            new DiscardForward(completion, timing));
+                            new DiscardForward(engine_, ticket, completion, timing));
 }
 
 void EngineQueue::read(const Request& request, RequestCompletion* completion, const Timing& timing,

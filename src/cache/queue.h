@@ -84,7 +84,7 @@ class EngineQueue final : public CacheQueue {
   void read(const Request& request, RequestCompletion* completion, const Timing& timing, bool sequential);
   void discard(const Request& request, RequestCompletion* completion, const Timing& timing);
   // Journals keys (sequence numbers assigned here), makes them durable, applies them to the index
-  // and publishes them to writeback.
+  // and publishes them to writeback; empties keys.
   void commit(std::vector<format::Key>& keys);
   // A key for the whole request's range, without data (write-zeroes, discard).
   void commit_range(const Request& request, format::KeyKind kind);
@@ -103,7 +103,7 @@ class EngineQueue final : public CacheQueue {
   QueueCounters counters_;
   TunablesView tunables_;
   SequentialDetector sequential_;
-  std::vector<format::Key> keys_;
+  std::vector<format::Key> keys_;  // staged, not yet journaled (empty outside a batch)
   std::vector<GapRecord> gap_scratch_;
   struct StagedWrite {
     RequestCompletion* completion;

@@ -101,8 +101,10 @@ Status Engine::recover() {
   const uint64_t device_sectors = backing_->size() >> format::kSectorShift;
   for (const format::Key& key : live) {
     // Requests past the end of the device are refused before they get a key, so such a key is
-    // damage; writeback could neither place its data nor ever get past it.
-    if (key.sector >= device_sectors || key.sectors > device_sectors - key.sector) {
+    // damage; writeback could neither place its data nor ever get past it. (A checksum key's
+    // sector field holds its CRC.)
+    const bool names_sectors = key.kind != format::KeyKind::Checksum;
+    if (names_sectors && (key.sector >= device_sectors || key.sectors > device_sectors - key.sector)) {
       return Status::error(EBADMSG, where + ": key " + std::to_string(key.seq) + " (sectors " +
                                         std::to_string(key.sector) + "+" + std::to_string(key.sectors) +
                                         ") lies beyond the end of the backing device (" +

@@ -190,6 +190,7 @@ void Writeback::collect(size_t budget, std::vector<Piece>& pieces, std::vector<C
       const size_t mark = pieces.size();
       const size_t used_mark = used;
       bool fits = true;
+      bool held_back = false;  // a discard of some of its sectors is still under way
       for (const format::Key& key : keys) {
         if (key.seq < horizon || (!format::has_data(key.kind) && key.kind != format::KeyKind::Zero)) continue;
         if (key.kind == format::KeyKind::WrittenThrough && key.seq >= engine_.run_first_seq_) {
@@ -201,7 +202,11 @@ void Writeback::collect(size_t budget, std::vector<Piece>& pieces, std::vector<C
         // from being replaced or evicted under us.
         engine_.index_.lookup(key.sector, key.sectors, [&](const std::vector<cache::Piece>& found, uint64_t) {
           for (const cache::Piece& piece : found) {
-            if (!fits || !piece.cached || piece.extent.seq != key.seq) continue;
+            if (!fits || held_back || !piece.cached || piece.extent.seq != key.seq) continue;
+            if (engine_.discards_.overlaps(piece.sector, piece.sectors)) {
+              held_back = true;
+              continue;
+            }
             const uint64_t bytes = uint64_t{piece.sectors} * kSectorSize;
             if (used + bytes > bounce_size_ || overlaps(piece.sector, piece.sector + piece.sectors)) {
               fits = false;
@@ -227,12 +232,13 @@ void Writeback::collect(size_t budget, std::vector<Piece>& pieces, std::vector<C
             used += bytes;
           }
         });
-        if (!fits) break;
+        if (!fits || held_back) break;
       }
-      if (!fits) {
+      if (!fits || held_back) {
+        // The journal's cursor stays before this key set; a later round takes it.
         pieces.resize(mark);
         used = used_mark;
-        if (pieces.empty()) {
+        if (!held_back && pieces.empty()) {
           // One key set larger than the whole buffer: make room and try it again next round.
           grow_bounce(bounce_size_ * 2);
         }

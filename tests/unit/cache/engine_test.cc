@@ -1,10 +1,13 @@
 #include <catch2/catch.hpp>
+#include <climits>
+#include <chrono>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "backing/backing_device.h"
 #include "format/layout.h"
+#include "io/ring.h"
 #include "support/cache_fixture.h"
 #include "support/reference_model.h"
 
@@ -307,4 +310,79 @@ TEST_CASE("random batches (as the ublk frontend submits them) match the model", 
   auto reopened = open_cache(files.options());
   auto again = make_queue(*reopened);
   check_everything(*again, model, 0, span + 16);
+}
+
+TEST_CASE("a queue journals each key once: its next batch does not repeat the last request's keys",
+          "[cache][engine][batch]") {
+  // A queue kept the keys of its last single request (a write, write-zeroes or discard) among the
+  // keys it stages, and its next batch of writes journaled them again with new sequence numbers:
+  // sectors another queue had written in between read back as the older data, or as zeros. A
+  // repeated write key also named a segment GC could already have reclaimed (its newest key
+  // there was the old number), which recovery then refused.
+  const cache::Op op = GENERATE(cache::Op::Write, cache::Op::WriteZeroes, cache::Op::Discard);
+  INFO("first request: " << (op == cache::Op::Write ? "write" : op == cache::Op::WriteZeroes ? "write-zeroes" : "discard"));
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  auto cache = open_cache(files.options(true));
+  auto first = make_queue(*cache);
+  auto second = make_queue(*cache);
+  const auto older = pattern(6, 100, 8);
+  REQUIRE(first->execute({op, 100, 8, const_cast<std::byte*>(older.data()), false}) ==
+          (op == cache::Op::Write ? 8 * 512 : 0));
+  const auto data = pattern(7, 100, 8);
+  REQUIRE(second->write(100, 8, data.data()) == 8 * 512);
+  // Elsewhere, as a batch on the first queue.
+  const auto other = pattern(8, 5000, 8);
+  const std::vector<int> results =
+      first->execute_batch({{cache::Op::Write, 5000, 8, const_cast<std::byte*>(other.data()), false},
+                            {cache::Op::Write, 5000, 8, const_cast<std::byte*>(other.data()), false}});
+  CHECK(results == std::vector<int>{8 * 512, 8 * 512});
+  CHECK(cache->stats().next_seq == 5);  // four keys: the first request's, the write, the batch's two
+  std::vector<std::byte> buffer(8 * kSector);
+  REQUIRE(second->read(100, 8, buffer.data()) == 8 * 512);
+  for (uint32_t i = 0; i < 8; ++i) CHECK(decode_sector(buffer.data() + i * kSector, 100 + i) == 7);
+  // And so after a crash.
+  first.reset();
+  second.reset();
+  cache->abandon();
+  cache.reset();
+  auto reopened = open_cache(files.options());
+  auto queue = make_queue(*reopened);
+  REQUIRE(queue->read(100, 8, buffer.data()) == 8 * 512);
+  for (uint32_t i = 0; i < 8; ++i) CHECK(decode_sector(buffer.data() + i * kSector, 100 + i) == 7);
+}
+
+TEST_CASE("a discard passed down to the backing device never erases a newer write there", "[cache][engine][batch]") {
+  // A discard is journaled, then passed down (a hole punched in the backing file) and completes
+  // when that is done. A later write of the same sectors (in the same batch, or from another queue
+  // while the discard was under way) could be written back before the hole was punched, and the
+  // clean horizon passed it: the hole then erased the write's only copy on the backing device, and
+  // once GC reclaimed its segment, or after a crash, the sectors read back as zeros.
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  auto cache = open_cache(files.options(true));
+  auto ring = std::move(io::Ring::create(64).value());
+  auto queue = std::move(cache->create_queue(*ring).value());
+  struct Done final : cache::RequestCompletion {
+    int result = INT_MIN;
+    void complete(int value) override { result = value; }
+  } discarded, written;
+  const auto data = pattern(9, 100, 8);
+  queue->begin_batch();
+  queue->submit({cache::Op::Discard, 96, 16, nullptr, false}, &discarded);
+  queue->submit({cache::Op::Write, 100, 8, const_cast<std::byte*>(data.data()), false}, &written);
+  queue->end_batch();
+  REQUIRE(written.result == 8 * 512);
+  // The queue's ring is not driven yet: the hole is not punched. Writeback may not make the write
+  // clean before it is (its interval is 1 ms; give it plenty of time to go wrong).
+  const uint64_t numbered = cache->stats().next_seq;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  while (cache->stats().clean_horizon < numbered && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK(cache->stats().clean_horizon < numbered);
+  while (discarded.result == INT_MIN) ring->wait_and_dispatch(std::chrono::milliseconds(100));
+  CHECK(discarded.result == 0);
+  queue.reset();
+  REQUIRE(cache->detach(false).ok());  // everything written back
+  const auto backing = read_file(files.backing.path());
+  for (uint32_t i = 0; i < 8; ++i) CHECK(decode_sector(backing.data() + (100 + i) * kSector, 100 + i) == 9);
 }
