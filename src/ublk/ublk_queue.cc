@@ -146,11 +146,15 @@ void UblkQueue::run() {
   setup_state_.store(setup_status_.ok() ? 1 : -1);
   setup_state_.notify_all();
   if (!setup_status_.ok()) return;
-  // Serve until the driver has aborted every tag; engine I/O completes on the same ring.
-  // Requests are served one by one. The engine can batch the writes of one wake-up
-  // (begin_batch/end_batch), but with batching here the VM tests read back wrong ext4 metadata,
-  // with or without a crash; until that is understood, batching stays off.
-  while (live_tags_ > 0 || ring_->in_flight() > 0) ring_->wait_and_dispatch(std::chrono::seconds(1));
+  // Serve until the driver has aborted every tag; engine I/O completes on the same ring. The
+  // requests of one wake-up form a batch: their writes share one data fence, one key set and one
+  // key fence, and complete together at end_batch (their COMMIT_AND_FETCH commands go out with
+  // the next wait).
+  while (live_tags_ > 0 || ring_->in_flight() > 0) {
+    engine_queue_->begin_batch();
+    ring_->wait_and_dispatch(std::chrono::seconds(1));
+    engine_queue_->end_batch();
+  }
 }
 
 Status UblkQueue::start() {
