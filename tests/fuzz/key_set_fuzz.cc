@@ -108,7 +108,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(decoded.front().seq == header->first_seq);
   for (size_t i = 0; i < decoded.size(); ++i) {
     const Key& key = decoded[i];
-    FUZZ_CHECK(key.kind == KeyKind::Write || key.kind == KeyKind::Zero || key.kind == KeyKind::Discard);
+    FUZZ_CHECK(key.kind == KeyKind::Write || key.kind == KeyKind::Zero || key.kind == KeyKind::Discard ||
+               key.kind == KeyKind::WrittenThrough || key.kind == KeyKind::Checksum);
     FUZZ_CHECK(key.sectors >= 1 && key.sectors <= kMaxKeySectors);
     FUZZ_CHECK(key.sector + key.sectors > key.sector);
     FUZZ_CHECK(i == 0 || key.seq > decoded[i - 1].seq);
