@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of pcached: installs what is missing, builds, runs the suite in the normal
-# build and again with ASan+UBSan. Exits non-zero if anything failed or did not run.
+# build, and the in-process tests again with ASan+UBSan and with ThreadSanitizer. Exits non-zero
+# if anything failed or did not run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,12 +25,16 @@ run_suite build "" --buildtype=debugoptimized || status=1
 # The in-process tests again under ASan+UBSan (b_lundef=false: the sanitizer runtimes resolve
 # symbols at load time). The VM suite runs once, above.
 run_suite build-asan "--no-suite vm" --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false || status=1
+# And under ThreadSanitizer, for data races between queue threads, writeback and GC (tests/
+# meson.build makes the first report fail the test and scales the long tests down).
+run_suite build-tsan "--no-suite vm" --buildtype=debug -Db_sanitize=thread -Db_lundef=false || status=1
 
-# One closing line over both builds, counted from meson's own logs.
+# One closing line over the three builds, counted from meson's own logs.
 python3 - <<'PY'
 import json, pathlib
 passed = failed = 0
-for log in ("build/meson-logs/testlog.json", "build-asan/meson-logs/testlog.json"):
+for log in ("build/meson-logs/testlog.json", "build-asan/meson-logs/testlog.json",
+            "build-tsan/meson-logs/testlog.json"):
     path = pathlib.Path(log)
     if not path.exists():
         failed += 1
