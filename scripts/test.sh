@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of pcached: installs what is missing, builds, runs the suite in the normal
-# build and again with ASan+UBSan, then the fuzz targets briefly (clang). Exits non-zero if
-# anything failed or did not run.
+# Runs every test of pcached: installs what is missing, builds, runs the suite in the normal
+# build, the in-process tests again with ASan+UBSan and with ThreadSanitizer, then the fuzz
+# targets briefly (clang). Exits non-zero if anything failed or did not run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +26,9 @@ run_suite build "" --buildtype=debugoptimized || status=1
 # The in-process tests again under ASan+UBSan (b_lundef=false: the sanitizer runtimes resolve
 # symbols at load time). The VM suite runs once, above.
 run_suite build-asan "--no-suite vm" --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false || status=1
+# And under ThreadSanitizer, for data races between queue threads, writeback and GC (tests/
+# meson.build makes the first report fail the test and scales the long tests down).
+run_suite build-tsan "--no-suite vm" --buildtype=debug -Db_sanitize=thread -Db_lundef=false || status=1
 
 # The fuzz targets (tests/fuzz/): clang with ASan+UBSan, each run briefly from its seed corpus.
 # Only the fuzz targets are built here; scripts/fuzz.sh runs the longer campaigns.
@@ -45,7 +49,7 @@ python3 - <<'PY'
 import json, pathlib
 passed = failed = 0
 for log in ("build/meson-logs/testlog.json", "build-asan/meson-logs/testlog.json",
-            "build-fuzz/meson-logs/testlog.json"):
+            "build-tsan/meson-logs/testlog.json", "build-fuzz/meson-logs/testlog.json"):
     path = pathlib.Path(log)
     if not path.exists():
         failed += 1

@@ -45,8 +45,8 @@ JournalReader::JournalReader(const pmem::Region& region, const format::Superbloc
   segments_.push_back({start.segment, start.generation, 0});
 }
 
-bool JournalReader::refill(uint32_t offset) {
-  const uint32_t length = static_cast<uint32_t>(std::min<uint64_t>(kReadAhead, superblock_.segment_size - offset));
+bool JournalReader::refill(uint32_t offset, uint64_t end) {
+  const uint32_t length = static_cast<uint32_t>(std::min<uint64_t>(kReadAhead, end - offset));
   const Status status = region_.read(superblock_.segment_offset(position_.segment) + offset, buffer_.data(), length);
   if (!status.ok()) {
     end_ = JournalEnd::Damaged;
@@ -112,12 +112,17 @@ bool JournalReader::next(std::vector<format::Key>& keys, const JournalPosition* 
   for (;;) {
     if (limit != nullptr && limit->segment == position_.segment && position_.offset >= limit->offset) return false;
     if (position_.offset + format::kKeySetHeaderSize > superblock_.segment_size) return false;
-    // The buffer must hold the largest key set that can start here (or all the segment has left).
-    const uint64_t needed_end = std::min<uint64_t>(
-        position_.offset + format::encoded_key_set_size(format::kMaxKeysPerSet), superblock_.segment_size);
+    // Never read past the limit: beyond it the journal's writer may be storing the next key set
+    // right now (every key set before the limit is whole).
+    const uint64_t readable_end = limit != nullptr && limit->segment == position_.segment
+                                      ? uint64_t{limit->offset}
+                                      : superblock_.segment_size;
+    // The buffer must hold the largest key set that can start here (or all that is readable).
+    const uint64_t needed_end =
+        std::min<uint64_t>(position_.offset + format::encoded_key_set_size(format::kMaxKeysPerSet), readable_end);
     const bool buffered = buffer_segment_ == position_.segment && position_.offset >= buffer_offset_ &&
                           needed_end <= uint64_t{buffer_offset_} + buffer_length_;
-    if (!buffered && !refill(position_.offset)) return false;
+    if (!buffered && !refill(position_.offset, readable_end)) return false;
     const uint32_t at = position_.offset - buffer_offset_;
     auto header = format::decode_key_set(std::span(buffer_.data() + at, buffer_length_ - at), position_.generation,
                                          superblock_.salt(), keys);

@@ -57,7 +57,8 @@ class JournalReader {
                 JournalPosition start);
 
   // Reads the next key set into keys (cleared first), following links. Returns false at the end
-  // of the journal, or when `limit` (if given) is reached.
+  // of the journal, or when `limit` (if given) is reached. Nothing at or past `limit` is read:
+  // writeback reads a journal up to its published position while its queue appends after it.
   bool next(std::vector<format::Key>& keys, const JournalPosition* limit = nullptr);
   JournalPosition position() const { return position_; }
   // Segments walked so far, head first (including the current one).
@@ -68,7 +69,8 @@ class JournalReader {
  private:
   bool follow_link(uint32_t segment, uint32_t generation);
   bool valid_record_follows();
-  bool refill(uint32_t offset);
+  // Reads the segment from offset into the buffer, up to `end` at most.
+  bool refill(uint32_t offset, uint64_t end);
 
   const pmem::Region& region_;
   const format::Superblock& superblock_;

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "cache/extent_index.h"
+#include "support/test_scale.h"
 
 using namespace pcached::cache;
 
@@ -50,7 +51,8 @@ TEST_CASE("the index matches a per-sector model under random inserts, removes an
   uint64_t next_seq = 1;
   uint64_t next_location = 1 << 20;
 
-  for (int op = 0; op < 4000; ++op) {
+  const unsigned operations = pcached::testing::scaled(4000);
+  for (unsigned op = 0; op < operations; ++op) {
     const uint64_t sector = rng() % kSectors;
     const uint32_t sectors = static_cast<uint32_t>(1 + rng() % std::min<uint64_t>(3000, kSectors - sector));
     const int kind = static_cast<int>(rng() % 10);

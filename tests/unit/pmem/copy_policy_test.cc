@@ -137,6 +137,8 @@ TEST_CASE("auto uses a saved calibration of this CPU and recalibrates over a for
 
   CopyPolicySettings settings;
   settings.saved_table_path = saved_file.path();
+  // Only a complete calibration is saved: give it all the time it needs (slow under sanitizers).
+  settings.calibration_budget = std::chrono::seconds(60);
   auto reused = make_copy_policy(*pmem.region, settings);
   REQUIRE(reused.ok());
   CHECK(reused.value()->table() == saved.table);

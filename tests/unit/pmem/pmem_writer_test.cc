@@ -31,10 +31,9 @@ std::vector<std::byte> random_bytes(size_t len, uint64_t seed) {
 }
 
 bool all_equal(const std::byte* begin, size_t len, std::byte value) {
-  for (size_t i = 0; i < len; ++i) {
-    if (begin[i] != value) return false;
-  }
-  return true;
+  // Every byte equals the first one iff the range equals itself shifted by one: one memcmp, which
+  // keeps this fast in the sanitizer builds too.
+  return len == 0 || (begin[0] == value && std::memcmp(begin, begin + 1, len - 1) == 0);
 }
 
 }  // namespace
