@@ -13,11 +13,11 @@ namespace pcached::cache {
 
 using format::kSectorSize;
 
-class EngineQueue::DirectWrite final : public io::CompletionHandler {
+class EngineQueue::DirectWrite final : public io::CompletionHandler, public PendingRequest {
  public:
   DirectWrite(EngineQueue& queue, const Request& request, RequestCompletion* completion, const Timing& timing,
               WriteRoute route)
-      : queue_(queue), request_(request), completion_(completion), timing_(timing), route_(route) {}
+      : PendingRequest(completion, timing), queue_(queue), request_(request), route_(route) {}
 
   void submit() {
     queue_.engine_.backing_->write(queue_.ring_, request_.buffer, request_.sector * kSectorSize, bytes(), this);
@@ -58,26 +58,17 @@ class EngineQueue::DirectWrite final : public io::CompletionHandler {
     finish(error);
   }
 
-  void finish(int result) {
-    timing_.record();
-    RequestCompletion* completion = completion_;
-    delete this;
-    completion->complete(result);
-  }
-
   EngineQueue& queue_;
   Request request_;
-  RequestCompletion* completion_;
-  Timing timing_;
   WriteRoute route_;
   bool flushing_ = false;
 };
 
 // A flush forwarded to the backing device because foreground writes reached it.
-class EngineQueue::ForwardedFlush final : public io::CompletionHandler {
+class EngineQueue::ForwardedFlush final : public io::CompletionHandler, public PendingRequest {
  public:
   ForwardedFlush(EngineQueue& queue, RequestCompletion* completion, const Timing& timing)
-      : queue_(queue), completion_(completion), timing_(timing) {}
+      : PendingRequest(completion, timing), queue_(queue) {}
 
   void on_completion(int result) override {
     if (result != 0) {
@@ -86,16 +77,11 @@ class EngineQueue::ForwardedFlush final : public io::CompletionHandler {
       spdlog::warn("flush of backing device {} failed: {}", queue_.engine_.backing_->path(),
                    std::strerror(result < 0 ? -result : EIO));
     }
-    timing_.record();
-    RequestCompletion* completion = completion_;
-    delete this;
-    completion->complete(result == 0 ? 0 : -EIO);
+    finish(result == 0 ? 0 : -EIO);
   }
 
  private:
   EngineQueue& queue_;
-  RequestCompletion* completion_;
-  Timing timing_;
 };
 
 void EngineQueue::write_direct(const Request& request, RequestCompletion* completion, const Timing& timing,

@@ -19,7 +19,7 @@ using format::kSectorSize;
 }  // namespace
 
 // A read that needs the backing device: one backing read per gap, completed when all are back.
-class EngineQueue::ReadOperation {
+class EngineQueue::ReadOperation final : public PendingRequest {
  public:
   struct Gap final : io::CompletionHandler {
     ReadOperation* operation = nullptr;
@@ -30,7 +30,7 @@ class EngineQueue::ReadOperation {
   };
 
   ReadOperation(EngineQueue& queue, const Request& request, RequestCompletion* completion, const Timing& timing)
-      : queue_(queue), request_(request), completion_(completion), timing_(timing) {}
+      : PendingRequest(completion, timing), queue_(queue), request_(request) {}
 
   std::vector<Gap>& gaps() { return gaps_; }
 
@@ -58,17 +58,8 @@ class EngineQueue::ReadOperation {
     finish(static_cast<int>(request_.sectors * kSectorSize));
   }
 
-  void finish(int result) {
-    timing_.record();
-    RequestCompletion* completion = completion_;
-    delete this;
-    completion->complete(result);
-  }
-
   EngineQueue& queue_;
   Request request_;
-  RequestCompletion* completion_;
-  Timing timing_;
   std::vector<Gap> gaps_;
   size_t pending_ = 0;
   bool failed_ = false;
@@ -76,10 +67,10 @@ class EngineQueue::ReadOperation {
 
 // The completion of a discard forwarded to the backing device. The cache has already forgotten
 // the range; the backing device's answer (it may not support discard) does not change the result.
-class DiscardForward final : public io::CompletionHandler {
+class DiscardForward final : public io::CompletionHandler, public PendingRequest {
  public:
   DiscardForward(Engine& engine, uint64_t ticket, RequestCompletion* completion, const Timing& timing)
-      : engine_(engine), ticket_(ticket), completion_(completion), timing_(timing) {}
+      : PendingRequest(completion, timing), engine_(engine), ticket_(ticket) {}
   void on_completion(int result) override {
     if (result < 0 && result != -EOPNOTSUPP && result != -EINVAL) {
       spdlog::debug("backing discard failed: {}", std::strerror(-result));
@@ -87,17 +78,12 @@ class DiscardForward final : public io::CompletionHandler {
     // Writeback may now store newer data of these sectors.
     engine_.discards_.remove(ticket_);
     engine_.writeback_->kick();
-    timing_.record();
-    RequestCompletion* completion = completion_;
-    delete this;
-    completion->complete(0);
+    finish(0);
   }
 
  private:
   Engine& engine_;
   uint64_t ticket_;
-  RequestCompletion* completion_;
-  Timing timing_;
 };
 
 EngineQueue::EngineQueue(Engine& engine, io::Ring& ring, uint32_t slot)

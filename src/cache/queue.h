@@ -21,6 +21,27 @@ struct Timing {
   void record() const { histogram->record(std::chrono::steady_clock::now() - start); }
 };
 
+// A request that completes later, when backing-device I/O is back. It owns itself: finish()
+// records the latency, deletes the operation and completes the request, in that order (the
+// completion may reuse whatever the request pointed at).
+class PendingRequest {
+ public:
+  PendingRequest(RequestCompletion* completion, const Timing& timing) : completion_(completion), timing_(timing) {}
+  virtual ~PendingRequest() = default;
+
+ protected:
+  void finish(int result) {
+    timing_.record();
+    RequestCompletion* completion = completion_;
+    delete this;
+    completion->complete(result);
+  }
+
+ private:
+  RequestCompletion* completion_;
+  Timing timing_;
+};
+
 class EngineQueue final : public CacheQueue {
  public:
   EngineQueue(Engine& engine, io::Ring& ring, uint32_t slot);
