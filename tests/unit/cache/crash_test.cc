@@ -360,7 +360,7 @@ TEST_CASE("power cuts lose no acknowledged operation while writeback and GC run"
               static_cast<unsigned long>(reads.lost), static_cast<unsigned long>(reads.wrong),
               static_cast<unsigned long>(stats.writeback_bytes / MiB), static_cast<unsigned long>(stats.segments_reclaimed),
               static_cast<unsigned long>(stats.gc_runs));
-  for (const std::string& failure : totals.failures) UNSCOPED_INFO(failure);
+  INFO(totals.failures_text());
   CHECK(totals.lost == 0);
   CHECK(totals.wrong == 0);
   CHECK(stats.segments_reclaimed > 0);  // the cuts did land while GC was reclaiming
