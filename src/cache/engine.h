@@ -10,7 +10,6 @@
 
 #include "backing/backing_device.h"
 #include "cache/control_store.h"
-#include "cache/discards_in_flight.h"
 #include "cache/extent_index.h"
 #include "cache/journal.h"
 #include "cache/segment_table.h"
@@ -83,7 +82,6 @@ class Engine final : public Cache {
   std::unique_ptr<ControlStore> control_;
   std::unique_ptr<SegmentTable> segments_;
   ExtentIndex index_;
-  DiscardsInFlight discards_;  // passed down to the backing device, not completed yet
   std::array<JournalState, format::kMaxJournals> journals_;
   std::atomic<uint64_t> next_seq_{1};
   std::atomic<uint64_t> clean_horizon_{1};  // as persisted in the control area

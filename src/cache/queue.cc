@@ -75,32 +75,6 @@ class EngineQueue::ReadOperation {
   bool failed_ = false;
 };
 
-// The completion of a discard forwarded to the backing device. The cache has already forgotten
-// the range; the backing device's answer (it may not support discard) does not change the result.
-class DiscardForward final : public io::CompletionHandler {
- public:
-  DiscardForward(Engine& engine, uint64_t ticket, RequestCompletion* completion, const Timing& timing)
-      : engine_(engine), ticket_(ticket), completion_(completion), timing_(timing) {}
-  void on_completion(int result) override {
-    if (result < 0 && result != -EOPNOTSUPP && result != -EINVAL) {
-      spdlog::debug("backing discard failed: {}", std::strerror(-result));
-    }
-    // Writeback may now store newer data of these sectors.
-    engine_.discards_.remove(ticket_);
-    engine_.writeback_->kick();
-    timing_.record();
-    RequestCompletion* completion = completion_;
-    delete this;
-    completion->complete(0);
-  }
-
- private:
-  Engine& engine_;
-  uint64_t ticket_;
-  RequestCompletion* completion_;
-  Timing timing_;
-};
-
 EngineQueue::EngineQueue(Engine& engine, io::Ring& ring, uint32_t slot)
     : engine_(engine),
       ring_(ring),
@@ -181,7 +155,7 @@ void EngineQueue::submit(const Request& request, RequestCompletion* completion) 
       read(request, completion, timing);
       return;
     case Op::Discard:
-      discard(request, completion, timing);
+      finish(discard(request));
       return;
     case Op::Flush:
       // Write-back mode: every acknowledged write is already durable on pmem.
@@ -334,14 +308,12 @@ int EngineQueue::write_zeroes(const Request& request) {
   return 0;
 }
 
-void EngineQueue::discard(const Request& request, RequestCompletion* completion, const Timing& timing) {
-  // Ordering: registered before the key is numbered (discards_in_flight.h), so writeback holds
-  // back every newer write of these sectors until the backing device has done the discard.
-  const uint64_t ticket = engine_.discards_.add(request.sector, request.sectors);
+int EngineQueue::discard(const Request& request) {
+  // The cache forgets the range now; writeback passes the discard down to the backing device in
+  // journal order, where no newer key has written since (Writeback::collect).
   commit_range(request, format::KeyKind::Discard);
   QueueCounters::bump(counters_.discards);
-  engine_.backing_->discard(ring_, request.sector * kSectorSize, uint64_t{request.sectors} * kSectorSize,
-                            new DiscardForward(engine_, ticket, completion, timing));
+  return 0;
 }
 
 void EngineQueue::read(const Request& request, RequestCompletion* completion, const Timing& timing) {

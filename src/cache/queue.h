@@ -60,7 +60,7 @@ class EngineQueue final : public CacheQueue {
   void commit_staged_writes();
   int write_zeroes(const Request& request);
   void read(const Request& request, RequestCompletion* completion, const Timing& timing);
-  void discard(const Request& request, RequestCompletion* completion, const Timing& timing);
+  int discard(const Request& request);
   // Journals keys (sequence numbers assigned here), makes them durable, applies them to the index
   // and publishes them to writeback; empties keys.
   void commit(std::vector<format::Key>& keys);

@@ -31,15 +31,18 @@ struct Completions {
 
 class GroupedCompletion final : public io::CompletionHandler {
  public:
-  GroupedCompletion(Completions& group, int expected) : group_(group), expected_(expected) {}
+  GroupedCompletion(Completions& group, int expected, bool any_result = false)
+      : group_(group), expected_(expected), any_result_(any_result) {}
   void on_completion(int result) override {
-    if (result != expected_ && group_.error == 0) group_.error = result < 0 ? result : -EIO;
+    if (any_result_ && result < 0) spdlog::debug("backing discard failed: {}", std::strerror(-result));
+    if (!any_result_ && result != expected_ && group_.error == 0) group_.error = result < 0 ? result : -EIO;
     --group_.pending;
   }
 
  private:
   Completions& group_;
   int expected_;
+  bool any_result_;
 };
 
 }  // namespace
@@ -138,18 +141,27 @@ void Writeback::collect(std::vector<Piece>& pieces, std::vector<CursorUpdate>& c
       const size_t mark = pieces.size();
       const size_t used_mark = used;
       bool fits = true;
-      bool held_back = false;  // a discard of some of its sectors is still under way
       for (const format::Key& key : keys) {
-        if (key.seq < horizon || key.kind == format::KeyKind::Discard) continue;
+        if (key.seq < horizon) continue;
         // The parts of the key no newer key has replaced, copied while the shard lock keeps them
         // from being replaced or evicted under us.
         engine_.index_.lookup(key.sector, key.sectors, [&](const std::vector<cache::Piece>& found, uint64_t) {
           for (const cache::Piece& piece : found) {
-            if (!fits || held_back || !piece.cached || piece.extent.seq != key.seq) continue;
-            if (engine_.discards_.overlaps(piece.sector, piece.sectors)) {
-              held_back = true;
+            if (!fits) continue;
+            if (key.kind == format::KeyKind::Discard) {
+              // Passed down here, in journal order, rather than by the queue when the request
+              // came: a discard reaching the device after newer data of its sectors was written
+              // back would erase it. Sectors a newer key wrote are left alone; a newer key that
+              // comes later goes to a later batch (the overlap check), after this one is done.
+              if (piece.cached && piece.extent.seq > key.seq) continue;
+              if (overlaps(piece.sector, piece.sector + piece.sectors)) {
+                fits = false;
+                continue;
+              }
+              pieces.push_back({piece.sector, piece.sectors, 0, /*discard=*/true});
               continue;
             }
+            if (!piece.cached || piece.extent.seq != key.seq) continue;
             const uint64_t bytes = uint64_t{piece.sectors} * kSectorSize;
             if (used + bytes > bounce_size_ || overlaps(piece.sector, piece.sector + piece.sectors)) {
               fits = false;
@@ -168,13 +180,12 @@ void Writeback::collect(std::vector<Piece>& pieces, std::vector<CursorUpdate>& c
             used += bytes;
           }
         });
-        if (!fits || held_back) break;
+        if (!fits) break;
       }
-      if (!fits || held_back) {
-        // The journal's cursor stays before this key set; a later round takes it.
+      if (!fits) {
         pieces.resize(mark);
         used = used_mark;
-        if (!held_back && pieces.empty()) {
+        if (pieces.empty()) {
           // One key set larger than the whole buffer: make room and try it again next round.
           grow_bounce(bounce_size_ * 2);
         }
@@ -192,12 +203,28 @@ int Writeback::write_and_flush(const std::vector<Piece>& pieces) {
   std::vector<std::unique_ptr<GroupedCompletion>> handlers;
   size_t i = 0;
   while (i < pieces.size()) {
+    if (pieces[i].discard) {
+      // Adjacent ones together (a long discard comes in one piece per index stripe).
+      uint64_t sectors = pieces[i].sectors;
+      size_t j = i + 1;
+      while (j < pieces.size() && pieces[j].discard && pieces[j].sector == pieces[i].sector + sectors) {
+        sectors += pieces[j].sectors;
+        ++j;
+      }
+      // Advisory: a device that cannot discard (or fails to) keeps the old data, which is as
+      // good as any for discarded sectors.
+      handlers.push_back(std::make_unique<GroupedCompletion>(group, 0, /*any_result=*/true));
+      ++group.pending;
+      engine_.backing_->discard(*ring_, pieces[i].sector * kSectorSize, sectors * kSectorSize, handlers.back().get());
+      i = j;
+      continue;
+    }
     // Coalesce runs that are adjacent on the device and in the buffer.
     uint64_t sector = pieces[i].sector;
     uint64_t sectors = pieces[i].sectors;
     const size_t offset = pieces[i].buffer_offset;
     size_t j = i + 1;
-    while (j < pieces.size() && pieces[j].sector == sector + sectors &&
+    while (j < pieces.size() && !pieces[j].discard && pieces[j].sector == sector + sectors &&
            pieces[j].buffer_offset == offset + sectors * kSectorSize && (sectors + pieces[j].sectors) * kSectorSize <= kMaxWrite) {
       sectors += pieces[j].sectors;
       ++j;
@@ -238,7 +265,7 @@ bool Writeback::write_back_batch() {
       return false;
     }
     uint64_t bytes = 0;
-    for (const Piece& piece : pieces) bytes += uint64_t{piece.sectors} * kSectorSize;
+    for (const Piece& piece : pieces) bytes += piece.discard ? 0 : uint64_t{piece.sectors} * kSectorSize;
     bytes_.fetch_add(bytes);
     batches_.fetch_add(1);
   }

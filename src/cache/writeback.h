@@ -37,10 +37,12 @@ class Writeback {
   void add_to(CacheStats& stats) const;
 
  private:
+  // A run of sectors to write back from the bounce buffer, or to discard on the backing device.
   struct Piece {
     uint64_t sector;
     uint32_t sectors;
     size_t buffer_offset;
+    bool discard = false;
   };
 
   void run();
@@ -50,7 +52,8 @@ class Writeback {
     uint32_t slot;
     JournalPosition position;
   };
-  // Gathers whole key sets from the journals, copying their live data into the bounce buffer.
+  // Gathers whole key sets from the journals, copying their live data into the bounce buffer;
+  // discards become pieces of their own, for the sectors no newer key has written since.
   void collect(std::vector<Piece>& pieces, std::vector<CursorUpdate>& cursors);
   void grow_bounce(size_t bytes);
   // Writes the pieces (adjacent ones coalesced), then flushes; 0 or a negative errno.
