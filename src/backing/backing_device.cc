@@ -164,6 +164,7 @@ void BackingDevice::flush(io::Ring& ring, io::CompletionHandler* handler) {
 }
 
 void BackingDevice::discard(io::Ring& ring, uint64_t offset, uint64_t len, io::CompletionHandler* handler) {
+  if (inject(ring, faults_.discards, handler)) return;
   io_uring_prep_fallocate(ring.prepare(handler), fd_.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                           static_cast<off_t>(offset), static_cast<off_t>(len));
 }

@@ -31,6 +31,7 @@ struct FaultInjection {
   FaultRule reads;
   FaultRule writes;
   FaultRule flushes;
+  FaultRule discards;
   std::atomic<uint64_t> injected{0};
 };
 

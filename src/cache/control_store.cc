@@ -20,6 +20,14 @@ void ControlStore::update(pmem::PmemWriter& writer, const std::function<void(for
   current_ = next;
 }
 
+void ControlStore::repair(pmem::PmemWriter& writer, unsigned slot) {
+  std::lock_guard lock(mutex_);
+  std::array<std::byte, format::kControlSize> bytes;
+  format::encode_control_area(current_, superblock_.salt(), bytes);
+  // The other slot is whole and current: a crash here tears only this one, again.
+  writer.copy_persist(format::kControlOffsets[slot], bytes.data(), bytes.size());
+}
+
 void ControlStore::initialise(pmem::PmemWriter& writer, const format::Superblock& superblock,
                               const format::ControlArea& control) {
   std::array<std::byte, format::kControlSize> bytes;

@@ -1,5 +1,7 @@
 // Persists the control area: every update is written to both slots in turn, each made durable
 // before the next, so one slot is always whole and current (or, mid-update, whole and previous).
+// That holds only if both slots are whole when an update begins; recovery repairs a slot a crash
+// left torn or behind before the first update.
 #pragma once
 
 #include <functional>
@@ -21,8 +23,13 @@ class ControlStore {
     return current_;
   }
 
-  // Applies change to a copy of the current state and makes it durable before returning.
+  // Applies change to a copy of the current state and makes it durable before returning. Both
+  // slots must be whole and current before (see repair()).
   void update(pmem::PmemWriter& writer, const std::function<void(format::ControlArea&)>& change);
+
+  // Rewrites `slot` with the current state, durably: recovery does it when that slot is torn,
+  // damaged or behind, before anything calls update().
+  void repair(pmem::PmemWriter& writer, unsigned slot);
 
   // Writes a fresh state into both slots (format).
   static void initialise(pmem::PmemWriter& writer, const format::Superblock& superblock,

@@ -11,10 +11,10 @@
 #include "backing/backing_device.h"
 #include "cache/control_store.h"
 #include "cache/data_checksums.h"
-#include "cache/discards_in_flight.h"
 #include "cache/extent_index.h"
 #include "cache/journal.h"
 #include "cache/promotion_filter.h"
+#include "cache/sector_ranges.h"
 #include "cache/segment_activity.h"
 #include "cache/segment_table.h"
 #include "cache/tunables_store.h"
@@ -93,7 +93,9 @@ class Engine final : public Cache {
   SegmentActivity activity_;  // live data and heat per segment, for GC's choice
   DataChecksums checksums_;   // data_crc
   ExtentIndex index_;
-  DiscardsInFlight discards_;  // passed down to the backing device, not completed yet
+  // Discards journaled but not yet passed down by writeback, tagged with their sequence numbers:
+  // a write sent straight to the device under one could be erased when the discard follows.
+  SectorRanges pending_discards_;
   std::array<JournalState, format::kMaxJournals> journals_;
   std::atomic<uint64_t> next_seq_{1};
   std::atomic<uint64_t> clean_horizon_{1};  // as persisted in the control area

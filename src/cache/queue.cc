@@ -65,27 +65,6 @@ class EngineQueue::ReadOperation final : public PendingRequest {
   bool failed_ = false;
 };
 
-// The completion of a discard forwarded to the backing device. The cache has already forgotten
-// the range; the backing device's answer (it may not support discard) does not change the result.
-class DiscardForward final : public io::CompletionHandler, public PendingRequest {
- public:
-  DiscardForward(Engine& engine, uint64_t ticket, RequestCompletion* completion, const Timing& timing)
-      : PendingRequest(completion, timing), engine_(engine), ticket_(ticket) {}
-  void on_completion(int result) override {
-    if (result < 0 && result != -EOPNOTSUPP && result != -EINVAL) {
-      spdlog::debug("backing discard failed: {}", std::strerror(-result));
-    }
-    // Writeback may now store newer data of these sectors.
-    engine_.discards_.remove(ticket_);
-    engine_.writeback_->kick();
-    finish(0);
-  }
-
- private:
-  Engine& engine_;
-  uint64_t ticket_;
-};
-
 EngineQueue::EngineQueue(Engine& engine, io::Ring& ring, uint32_t slot)
     : engine_(engine),
       ring_(ring),
@@ -178,7 +157,7 @@ void EngineQueue::submit(const Request& request, RequestCompletion* completion) 
       read(request, completion, timing, past_sequential_cutoff(request, tunables));
       return;
     case Op::Discard:
-      discard(request, completion, timing);
+      finish(discard(request));
       return;
     case Op::Flush:
       flush(completion, timing);
@@ -200,9 +179,9 @@ EngineQueue::WriteRoute EngineQueue::route_write(const Request& request, const T
   // A write over dirty data stays in the cache whatever the mode: written to the device now, it
   // could be overwritten there by the older dirty data that writeback is about to copy. The same
   // holds for data writeback has already collected, even if a discard or a newer write has
-  // dropped it from the index since, and for a discard still on its way to the device.
+  // dropped it from the index since, and for a discard writeback has yet to pass down.
   if (state.dirty || engine_.writeback_->in_flight(request.sector, request.sectors) ||
-      engine_.discards_.overlaps(request.sector, request.sectors)) {
+      engine_.pending_discards_.overlaps(request.sector, request.sectors)) {
     return WriteRoute::Cache;
   }
   if (sequential && !state.cached) {
@@ -285,6 +264,8 @@ void EngineQueue::commit(std::vector<format::Key>& keys) {
   for (const format::Key& key : keys) {
     if (key.kind == format::KeyKind::Discard) {
       engine_.index_.remove(key.sector, key.sectors, key.seq);
+      // Before publication, so writeback cannot pass it down (and retire it) before it is here.
+      engine_.pending_discards_.add(key.sector, key.sectors, key.seq);
     } else if (key.kind == format::KeyKind::Checksum) {
       engine_.checksums_.add(engine_.superblock_.segment_offset(key.segment) + uint64_t{key.offset_sectors} * kSectorSize,
                              key.sectors, static_cast<uint32_t>(key.sector));
@@ -390,14 +371,12 @@ int EngineQueue::write_zeroes(const Request& request) {
   return 0;
 }
 
-void EngineQueue::discard(const Request& request, RequestCompletion* completion, const Timing& timing) {
-  // Ordering: registered before the key is numbered (discards_in_flight.h), so writeback holds
-  // back every newer write of these sectors until the backing device has done the discard.
-  const uint64_t ticket = engine_.discards_.add(request.sector, request.sectors);
+int EngineQueue::discard(const Request& request) {
+  // The cache forgets the range now; writeback passes the discard down to the backing device in
+  // journal order, where no newer key has written since (Writeback::collect).
   commit_range(request, format::KeyKind::Discard);
   QueueCounters::bump(counters_.discards);
-  engine_.backing_->discard(ring_, request.sector * kSectorSize, uint64_t{request.sectors} * kSectorSize,
-                            new DiscardForward(engine_, ticket, completion, timing));
+  return 0;
 }
 
 void EngineQueue::read(const Request& request, RequestCompletion* completion, const Timing& timing,

@@ -103,7 +103,7 @@ class EngineQueue final : public CacheQueue {
   int write_zeroes(const Request& request);
   // sequential: the read is part of a stream past the cutoff (its misses are not filled).
   void read(const Request& request, RequestCompletion* completion, const Timing& timing, bool sequential);
-  void discard(const Request& request, RequestCompletion* completion, const Timing& timing);
+  int discard(const Request& request);
   // Journals keys (sequence numbers assigned here), makes them durable, applies them to the index
   // and publishes them to writeback; empties keys.
   void commit(std::vector<format::Key>& keys);

@@ -20,7 +20,12 @@ struct ReplayedJournal {
   JournalPosition end;
 };
 
-Result<format::CurrentControl> read_control(const pmem::Region& region, const format::Superblock& sb) {
+struct ControlRead {
+  format::CurrentControl current;
+  bool other_slot_current;  // the other slot holds the same state, whole
+};
+
+Result<ControlRead> read_control(const pmem::Region& region, const format::Superblock& sb) {
   Result<format::ControlArea> slots[2] = {Status::error(EIO, "unread"), Status::error(EIO, "unread")};
   for (unsigned slot = 0; slot < 2; ++slot) {
     std::array<std::byte, format::kControlSize> bytes;
@@ -33,17 +38,29 @@ Result<format::CurrentControl> read_control(const pmem::Region& region, const fo
                    slots[slot].status().message(), slot ^ 1);
     }
   }
-  return format::pick_current_control(slots[0], slots[1]);
+  auto current = format::pick_current_control(slots[0], slots[1]);
+  if (!current.ok()) return current.status();
+  const Result<format::ControlArea>& other = slots[current->slot ^ 1];
+  return ControlRead{current.value(), other.ok() && other.value() == current->control};
 }
 
 }  // namespace
 
 Status Engine::recover() {
   const std::string where = "cache on " + options_.region_path;
-  auto current = read_control(*region_, superblock_);
-  if (!current.ok()) return current.status().with_context(where);
-  const format::ControlArea control = current->control;
+  auto read = read_control(*region_, superblock_);
+  if (!read.ok()) return read.status().with_context(where);
+  const format::ControlArea control = read->current.control;
   control_ = std::make_unique<ControlStore>(superblock_, control);
+  if (!read->other_slot_current) {
+    // Ordering: before anything updates the control area (the clean-shutdown flag below, a
+    // queue's journal, writeback). An update writes slot 0, then slot 1; a power cut in it tears
+    // the slot it writes, which is safe only while the other slot is whole and current. After a
+    // cut that tore (or left behind) one slot, the next update could otherwise tear the only good
+    // one and leave no usable control area.
+    pmem::PmemWriter writer = make_writer();
+    control_->repair(writer, read->current.slot ^ 1);
+  }
   clean_horizon_ = control.clean_horizon;
   uint64_t next_seq = control.next_seq;
 
@@ -112,6 +129,7 @@ Status Engine::recover() {
     }
     if (key.kind == format::KeyKind::Discard) {
       index_.remove(key.sector, key.sectors, key.seq);
+      if (key.seq >= clean_horizon_) pending_discards_.add(key.sector, key.sectors, key.seq);
       continue;
     }
     if (key.kind == format::KeyKind::Zero) {

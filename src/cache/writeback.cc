@@ -31,15 +31,18 @@ struct Completions {
 
 class GroupedCompletion final : public io::CompletionHandler {
  public:
-  GroupedCompletion(Completions& group, int expected) : group_(group), expected_(expected) {}
+  GroupedCompletion(Completions& group, int expected, bool any_result = false)
+      : group_(group), expected_(expected), any_result_(any_result) {}
   void on_completion(int result) override {
-    if (result != expected_ && group_.error == 0) group_.error = result < 0 ? result : -EIO;
+    if (any_result_ && result < 0) spdlog::debug("backing discard failed: {}", std::strerror(-result));
+    if (!any_result_ && result != expected_ && group_.error == 0) group_.error = result < 0 ? result : -EIO;
     --group_.pending;
   }
 
  private:
   Completions& group_;
   int expected_;
+  bool any_result_;
 };
 
 }  // namespace
@@ -114,17 +117,7 @@ Writeback::Pace Writeback::pace(const Tunables& tunables) {
   return {true, static_cast<size_t>(tokens_)};
 }
 
-bool Writeback::in_flight(uint64_t sector, uint32_t sectors) const {
-  std::lock_guard lock(in_flight_mutex_);
-  if (in_flight_.empty()) return false;
-  const uint64_t end = sector + sectors;
-  // Entries starting before `end` and no earlier than the longest one could reach back.
-  const uint64_t from = sector > longest_in_flight_ ? sector - longest_in_flight_ : 0;
-  for (auto it = in_flight_.lower_bound(from); it != in_flight_.end() && it->first < end; ++it) {
-    if (it->second > sector) return true;
-  }
-  return false;
-}
+bool Writeback::in_flight(uint64_t sector, uint32_t sectors) const { return in_flight_.overlaps(sector, sectors); }
 
 void Writeback::run() {
   for (;;) {
@@ -190,9 +183,10 @@ void Writeback::collect(size_t budget, std::vector<Piece>& pieces, std::vector<C
       const size_t mark = pieces.size();
       const size_t used_mark = used;
       bool fits = true;
-      bool held_back = false;  // a discard of some of its sectors is still under way
       for (const format::Key& key : keys) {
-        if (key.seq < horizon || (!format::has_data(key.kind) && key.kind != format::KeyKind::Zero)) continue;
+        const bool passed_down = format::has_data(key.kind) || key.kind == format::KeyKind::Zero ||
+                                 key.kind == format::KeyKind::Discard;
+        if (key.seq < horizon || !passed_down) continue;
         if (key.kind == format::KeyKind::WrittenThrough && key.seq >= engine_.run_first_seq_) {
           // Its data reached the device before the key was written: only the flush is owed.
           written_through = true;
@@ -202,11 +196,21 @@ void Writeback::collect(size_t budget, std::vector<Piece>& pieces, std::vector<C
         // from being replaced or evicted under us.
         engine_.index_.lookup(key.sector, key.sectors, [&](const std::vector<cache::Piece>& found, uint64_t) {
           for (const cache::Piece& piece : found) {
-            if (!fits || held_back || !piece.cached || piece.extent.seq != key.seq) continue;
-            if (engine_.discards_.overlaps(piece.sector, piece.sectors)) {
-              held_back = true;
+            if (!fits) continue;
+            if (key.kind == format::KeyKind::Discard) {
+              // Passed down here, in journal order, rather than by the queue when the request
+              // came: a discard reaching the device after newer data of its sectors was written
+              // back would erase it. Sectors a newer key wrote are left alone; a newer key that
+              // comes later goes to a later batch (the overlap check), after this one is done.
+              if (piece.cached && piece.extent.seq > key.seq) continue;
+              if (overlaps(piece.sector, piece.sector + piece.sectors)) {
+                fits = false;
+                continue;
+              }
+              pieces.push_back({piece.sector, piece.sectors, 0, /*discard=*/true});
               continue;
             }
+            if (!piece.cached || piece.extent.seq != key.seq) continue;
             const uint64_t bytes = uint64_t{piece.sectors} * kSectorSize;
             if (used + bytes > bounce_size_ || overlaps(piece.sector, piece.sector + piece.sectors)) {
               fits = false;
@@ -221,24 +225,19 @@ void Writeback::collect(size_t budget, std::vector<Piece>& pieces, std::vector<C
               errors_.fetch_add(1);
               continue;
             }
-            {
-              // Registered while the shard lock still keeps the piece from being discarded or
-              // replaced: whoever changes it afterwards sees it in flight.
-              std::lock_guard lock(in_flight_mutex_);
-              in_flight_.emplace(piece.sector, piece.sector + piece.sectors);
-              longest_in_flight_ = std::max<uint64_t>(longest_in_flight_, piece.sectors);
-            }
+            // Registered while the shard lock still keeps the piece from being discarded or
+            // replaced: whoever changes it afterwards sees it in flight.
+            in_flight_.add(piece.sector, piece.sectors);
             pieces.push_back({piece.sector, piece.sectors, used});
             used += bytes;
           }
         });
-        if (!fits || held_back) break;
+        if (!fits) break;
       }
-      if (!fits || held_back) {
-        // The journal's cursor stays before this key set; a later round takes it.
+      if (!fits) {
         pieces.resize(mark);
         used = used_mark;
-        if (!held_back && pieces.empty()) {
+        if (pieces.empty()) {
           // One key set larger than the whole buffer: make room and try it again next round.
           grow_bounce(bounce_size_ * 2);
         }
@@ -257,12 +256,28 @@ int Writeback::write_and_flush(const std::vector<Piece>& pieces) {
   std::vector<std::unique_ptr<GroupedCompletion>> handlers;
   size_t i = 0;
   while (i < pieces.size()) {
+    if (pieces[i].discard) {
+      // Adjacent ones together (a long discard comes in one piece per index stripe).
+      uint64_t sectors = pieces[i].sectors;
+      size_t j = i + 1;
+      while (j < pieces.size() && pieces[j].discard && pieces[j].sector == pieces[i].sector + sectors) {
+        sectors += pieces[j].sectors;
+        ++j;
+      }
+      // Advisory: a device that cannot discard (or fails to) keeps the old data, which is as
+      // good as any for discarded sectors.
+      handlers.push_back(std::make_unique<GroupedCompletion>(group, 0, /*any_result=*/true));
+      ++group.pending;
+      engine_.backing_->discard(*ring_, pieces[i].sector * kSectorSize, sectors * kSectorSize, handlers.back().get());
+      i = j;
+      continue;
+    }
     // Coalesce runs that are adjacent on the device and in the buffer.
     uint64_t sector = pieces[i].sector;
     uint64_t sectors = pieces[i].sectors;
     const size_t offset = pieces[i].buffer_offset;
     size_t j = i + 1;
-    while (j < pieces.size() && pieces[j].sector == sector + sectors &&
+    while (j < pieces.size() && !pieces[j].discard && pieces[j].sector == sector + sectors &&
            pieces[j].buffer_offset == offset + sectors * kSectorSize && (sectors + pieces[j].sectors) * kSectorSize <= kMaxWrite) {
       sectors += pieces[j].sectors;
       ++j;
@@ -292,11 +307,7 @@ bool Writeback::write_back_batch(size_t budget) {
   // Every write of the batch is complete when this function returns, whatever happened.
   struct ClearInFlight {
     Writeback& self;
-    ~ClearInFlight() {
-      std::lock_guard lock(self.in_flight_mutex_);
-      self.in_flight_.clear();
-      self.longest_in_flight_ = 0;
-    }
+    ~ClearInFlight() { self.in_flight_.clear(); }
   } clear_in_flight{*this};
   if (!pieces.empty() || written_through) {
     const int result = write_and_flush(pieces);
@@ -313,7 +324,7 @@ bool Writeback::write_back_batch(size_t budget) {
       return false;
     }
     uint64_t bytes = 0;
-    for (const Piece& piece : pieces) bytes += uint64_t{piece.sectors} * kSectorSize;
+    for (const Piece& piece : pieces) bytes += piece.discard ? 0 : uint64_t{piece.sectors} * kSectorSize;
     tokens_ -= static_cast<double>(bytes);
     bytes_.fetch_add(bytes);
     batches_.fetch_add(1);
@@ -338,6 +349,7 @@ void Writeback::advance_horizon() {
     control.next_seq = std::max({control.next_seq, next, horizon});
   });
   engine_.clean_horizon_.store(horizon, std::memory_order_release);
+  engine_.pending_discards_.remove_below(horizon);
 }
 
 void Writeback::reclaim_journals() {

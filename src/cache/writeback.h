@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cache/journal.h"
+#include "cache/sector_ranges.h"
 #include "cache/tunables_store.h"
 #include "io/ring.h"
 #include "pcached/cache.h"
@@ -46,10 +47,12 @@ class Writeback {
   bool in_flight(uint64_t sector, uint32_t sectors) const;
 
  private:
+  // A run of sectors to write back from the bounce buffer, or to discard on the backing device.
   struct Piece {
     uint64_t sector;
     uint32_t sectors;
     size_t buffer_offset;
+    bool discard = false;
   };
 
   void run();
@@ -68,6 +71,7 @@ class Writeback {
     JournalPosition position;
   };
   // Gathers whole key sets from the journals, copying their live data into the bounce buffer;
+  // discards become pieces of their own, for the sectors no newer key has written since;
   // written_through is set when it passed keys whose data is on the device but maybe unflushed.
   void collect(size_t budget, std::vector<Piece>& pieces, std::vector<CursorUpdate>& cursors, bool& written_through);
   void grow_bounce(size_t bytes);
@@ -96,10 +100,7 @@ class Writeback {
   std::atomic<unsigned> urgent_{0};  // write_back_everything() callers waiting
   std::atomic<bool> eager_{false};   // between the watermarks, coming down from the high one
 
-  // Sector ranges of the batch being written: start -> end (possibly overlapping entries).
-  mutable std::mutex in_flight_mutex_;
-  std::multimap<uint64_t, uint64_t> in_flight_;
-  uint64_t longest_in_flight_ = 0;  // sectors: bounds the search for an overlap
+  SectorRanges in_flight_;  // sector ranges of the batch being written
 
   std::thread thread_;
   mutable std::mutex mutex_;

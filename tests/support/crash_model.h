@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstdio>
 #include <span>
 #include <string>
 #include <vector>
@@ -53,6 +54,12 @@ struct CrashTotals {
   uint64_t bytes() const { return sectors * kSector; }
   void fail(const std::string& what) {
     if (failures.size() < 8) failures.push_back(what);
+    std::fprintf(stderr, "crash check failed: %s\n", what.c_str());  // in the log as it happens
+  }
+  std::string failures_text() const {
+    std::string text;
+    for (const std::string& failure : failures) text += failure + "\n";
+    return text;
   }
   std::string summary() const {
     return std::to_string(crash_points) + " crash points, " + std::to_string(acknowledged) +

@@ -132,6 +132,32 @@ TEST_CASE("writearound: writes go to the device and cached copies of the range a
   CHECK(cache->stats().writeback_bytes == 0);
 }
 
+TEST_CASE("writearound: a write after a discard writeback has not passed down yet is not erased by it",
+          "[cache][policy][writearound][discard]") {
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  auto cache = open_cache(with_mode(files, cache::CacheMode::Writearound));
+  // Writeback takes 20 ms to pass each discard down: the writes below come before it does.
+  cache->backing_faults().discards.delay_us = 20'000;
+  auto queue = make_queue(*cache);
+  for (uint64_t round = 0; round < 5; ++round) {
+    const uint64_t sector = 64 + round * 32;
+    const auto before = pattern(2 * round + 1, sector, 16);
+    REQUIRE(queue->write(sector, 16, before.data()) == 16 * 512);
+    REQUIRE(queue->discard(sector, 16) == 0);
+    // Straight to the device, this write would be punched out when the discard got there.
+    const auto after = pattern(2 * round + 2, sector + 4, 8);
+    REQUIRE(queue->write(sector + 4, 8, after.data()) == 8 * 512);
+  }
+  REQUIRE(cache->flush_all().ok());
+  cache->backing_faults().discards.delay_us = 0;
+  queue.reset();
+  REQUIRE(cache->detach(false).ok());
+  for (uint64_t round = 0; round < 5; ++round) {
+    const uint64_t sector = 64 + round * 32;
+    for (uint64_t i = 4; i < 12; ++i) CHECK(backing_id(files, sector + i) == 2 * round + 2);
+  }
+}
+
 TEST_CASE("leaving writeback writes the dirty data back before the switch returns", "[cache][policy][mode-switch]") {
   for (const char* mode : {"writethrough", "writearound"}) {
     DYNAMIC_SECTION(mode) {
