@@ -57,8 +57,13 @@ void print_status(const json& s) {
   std::printf("  cached      %s, dirty %s\n", bytes(s, "cached_bytes").c_str(), bytes(s, "dirty_bytes").c_str());
   if (s.contains("segments")) {
     const json& seg = s["segments"];
-    std::printf("  segments    %s total, %s free, %s data, %s journal\n", seg["total"].dump().c_str(),
-                seg["free"].dump().c_str(), seg["data"].dump().c_str(), seg["journal"].dump().c_str());
+    std::printf("  segments    %s total, %s free, %s data, %s journal, %s bad\n", seg["total"].dump().c_str(),
+                seg["free"].dump().c_str(), seg["data"].dump().c_str(), seg["journal"].dump().c_str(),
+                seg.value("bad", json(0)).dump().c_str());
+    if (s.contains("badblocks")) {
+      std::printf("  badblocks   %s ranges, %s\n", s["badblocks"]["ranges"].dump().c_str(),
+                  format_size(s["badblocks"]["bytes"].get<uint64_t>()).c_str());
+    }
     const json& r = s["reads"];
     std::printf("  reads       %s (hits %s, partial %s, misses %s)\n", r["total"].dump().c_str(), r["hits"].dump().c_str(),
                 r["partial_hits"].dump().c_str(), r["misses"].dump().c_str());
@@ -69,6 +74,10 @@ void print_status(const json& s) {
     std::printf("  writeback   %s written, %s errors%s%s\n", format_size(wb["bytes"].get<uint64_t>()).c_str(),
                 wb["errors"].dump().c_str(), wb["stalled"].get<bool>() ? ", STALLED (retrying)" : "",
                 wb["eager"].get<bool>() ? ", eager (above the high watermark)" : "");
+    if (wb.value("lost_bytes", uint64_t{0}) != 0) {
+      std::printf("  LOST        %s of dirty data unreadable on pmem (media error); reads there fail with EIO\n",
+                  format_size(wb["lost_bytes"].get<uint64_t>()).c_str());
+    }
     const json& fills = s["fills"];
     std::printf("  fills       %s (%s), %s misses waiting for promotion\n", fills["total"].dump().c_str(),
                 bytes(fills, "bytes").c_str(), fills["deferred"].dump().c_str());

@@ -250,12 +250,14 @@ nlohmann::json Daemon::describe(const Managed& managed, bool detailed) const {
   doc["depth"] = managed.config.depth;
   doc["logical_block_size"] = s.logical_block_size;
   doc["segments"] = {{"total", s.segments_total}, {"free", s.segments_free}, {"data", s.segments_data},
-                     {"journal", s.segments_journal}};
+                     {"journal", s.segments_journal}, {"bad", s.segments_bad}};
+  doc["badblocks"] = {{"ranges", s.bad_ranges}, {"bytes", s.bad_bytes}};
   doc["reads"] = {{"total", s.reads}, {"hits", s.read_hits}, {"partial_hits", s.read_partial_hits},
                   {"misses", s.read_misses}, {"bytes", s.read_bytes}};
   doc["writes"] = {{"total", s.writes}, {"bytes", s.write_bytes}, {"discards", s.discards},
                    {"write_zeroes", s.write_zeroes}, {"flushes", s.flushes}};
   doc["writeback"] = {{"bytes", s.writeback_bytes}, {"batches", s.writeback_batches}, {"errors", s.writeback_errors},
+                      {"lost_bytes", s.writeback_lost_bytes},
                       {"stalled", s.writeback_stalled}, {"eager", s.writeback_eager}};
   doc["gc"] = {{"runs", s.gc_runs}, {"segments_reclaimed", s.segments_reclaimed}, {"threshold_percent", tunables.gc_threshold}};
   doc["fills"] = {{"total", s.fills}, {"bytes", s.fill_bytes}, {"deferred", s.promotions_deferred}};

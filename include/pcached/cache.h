@@ -14,6 +14,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "pcached/copy_policy.h"
 #include "pcached/status.h"
@@ -52,6 +54,8 @@ struct CacheOptions {
   pmem::CopyPolicySettings copy_policy;  // scratch area is filled in by the engine
   // Tests: observe every pmem store, flush and fence (the persistence simulator).
   pmem::PersistObserver* persist_observer = nullptr;
+  // Tests: offsets of the region to treat as bad blocks reported at open (offset, length).
+  std::vector<std::pair<uint64_t, uint64_t>> injected_bad_ranges;
   std::chrono::milliseconds writeback_interval{5};
 };
 
@@ -97,7 +101,12 @@ struct CacheStats {
   uint64_t dirty_bytes = 0;
   uint64_t extents = 0;
   uint64_t index_bytes = 0;  // DRAM held by the extent index
-  uint32_t segments_total = 0, segments_free = 0, segments_data = 0, segments_journal = 0;
+  // bad: retired for a media error (never allocated again).
+  uint32_t segments_total = 0, segments_free = 0, segments_data = 0, segments_journal = 0, segments_bad = 0;
+  // Known bad blocks of the region: reported by the platform at open, or found by a read since.
+  uint64_t bad_ranges = 0, bad_bytes = 0;
+  // Dirty bytes writeback could not write back: their only copy hit a media error.
+  uint64_t writeback_lost_bytes = 0;
   uint64_t clean_horizon = 0, next_seq = 0;
 
   uint64_t reads = 0, read_hits = 0, read_partial_hits = 0, read_misses = 0, read_bytes = 0;

@@ -36,12 +36,21 @@ const char* to_string(Granularity granularity);
 enum class RegionKind { DevDax, File };
 const char* to_string(RegionKind kind);
 
+struct BadRange {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  bool operator==(const BadRange&) const = default;
+};
+
 struct RegionOptions {
   std::string path;
   // Accept a page-granularity region (a plain file, not DAX). Persistence then goes through
   // msync; such a region is for tests and demos, and opening one logs a warning.
   bool allow_volatile = false;
   uint64_t min_size = kDefaultMinRegionSize;
+  // Tests: ranges to treat as bad blocks the platform reported at open (a file on /dev/shm has
+  // none), to exercise what media errors in metadata and data do.
+  std::vector<BadRange> injected_bad_ranges;
 };
 
 // What makes this region this region: used to recognise the same device after a restart and to
@@ -52,12 +61,6 @@ struct RegionIdentity {
   ino_t inode = 0;   // 0 for devdax
   uint64_t size = 0;
   std::string path;
-};
-
-struct BadRange {
-  uint64_t offset = 0;
-  uint64_t length = 0;
-  bool operator==(const BadRange&) const = default;
 };
 
 class Region {

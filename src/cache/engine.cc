@@ -281,6 +281,9 @@ Result<std::unique_ptr<Engine>> Engine::open(const CacheOptions& options) {
   region_options.path = options.region_path;
   region_options.allow_volatile = options.allow_volatile_region;
   region_options.min_size = format::kDataStart + format::kMinSegments * format::kMinSegmentSize;
+  for (const auto& [offset, length] : options.injected_bad_ranges) {
+    region_options.injected_bad_ranges.push_back({offset, length});
+  }
   auto region = pmem::Region::open(region_options);
   if (!region.ok()) return region.status();
   auto backing = backing::BackingDevice::open(options.backing_path);
@@ -437,6 +440,11 @@ CacheStats Engine::stats() const {
   s.segments_free = segments_->free_count();
   s.segments_data = segments_->count_of(SegmentUse::Data);
   s.segments_journal = segments_->count_of(SegmentUse::Journal);
+  s.segments_bad = segments_->count_of(SegmentUse::Bad);
+  for (const pmem::BadRange& range : region_->bad_ranges()) {
+    ++s.bad_ranges;
+    s.bad_bytes += range.length;
+  }
   s.writer_waits = segments_->total_waits();
   s.media_errors = std::max(s.media_errors, region_->media_errors());
   if (writeback_) writeback_->add_to(s);

@@ -81,6 +81,12 @@ class Engine final : public Cache {
   uint64_t foreground_requests() const;
   void register_queue(QueueCounters* counters);
   void unregister_queue(QueueCounters* counters);
+  // Whether the segment holds a known bad block (reported at open, or a read that faulted since).
+  bool segment_has_bad_block(uint32_t segment) const {
+    return region_->overlaps_bad_range(superblock_.segment_offset(segment), superblock_.segment_size);
+  }
+  // Gives an emptied segment back to the allocator, or retires it if it has a bad block.
+  void release_segment(uint32_t segment) { segments_->release(segment, segment_has_bad_block(segment)); }
   pmem::PmemWriter make_writer() const { return pmem::PmemWriter(*region_, *policy_, options_.persist_observer); }
 
   const CacheOptions options_;

@@ -127,6 +127,16 @@ void ExtentIndex::remove(uint64_t sector, uint32_t sectors, uint64_t seq) {
   });
 }
 
+void ExtentIndex::mark(uint64_t sector, uint32_t sectors, uint64_t seq, uint32_t flag) {
+  for_each_stripe(sector, sectors, [&](uint64_t begin, uint64_t end) {
+    Shard& shard = shards_[shard_of(begin)];
+    std::unique_lock lock(shard.mutex);
+    for (auto it = first_overlapping(shard.map, begin); it != shard.map.end() && it->first < end; ++it) {
+      if (it->second.seq == seq) it->second.flags |= flag;
+    }
+  });
+}
+
 void ExtentIndex::lookup(uint64_t sector, uint32_t sectors, const StripeVisitor& visitor) const {
   std::vector<Piece> pieces;
   for_each_stripe(sector, sectors, [&](uint64_t begin, uint64_t end) {

@@ -24,6 +24,9 @@ namespace pcached::cache {
 struct Extent {
   static constexpr uint32_t kZero = 1u << 0;  // reads as zeros; no data in the region
   static constexpr uint32_t kFill = 1u << 1;  // clean copy of backing data, not journaled
+  // Dirty data writeback could not read (media error): the backing device holds older data, so
+  // reads must fail rather than fall back to it.
+  static constexpr uint32_t kLost = 1u << 2;
 
   uint32_t sectors = 0;
   uint32_t flags = 0;
@@ -71,6 +74,8 @@ class ExtentIndex {
   void insert(uint64_t sector, uint32_t sectors, uint64_t location, uint64_t seq, uint32_t flags);
   // Drops cached data older than seq in the range (discard).
   void remove(uint64_t sector, uint32_t sectors, uint64_t seq);
+  // Sets flag on the extents of the range that the key with sequence number seq wrote.
+  void mark(uint64_t sector, uint32_t sectors, uint64_t seq, uint32_t flag);
 
   // Visits the range stripe by stripe, in order, under each stripe's shard lock held shared:
   // the visitor may copy the cached data while no one can evict it. The visitor also gets the

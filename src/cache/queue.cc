@@ -413,8 +413,9 @@ void EngineQueue::read(const Request& request, RequestCompletion* completion, co
         } else {
           QueueCounters::bump(counters_.media_errors);
         }
-        // Clean data has an intact copy on the backing device; dirty data has no other copy.
-        if (piece.extent.seq >= horizon) {
+        // Clean data has an intact copy on the backing device; dirty data has no other copy,
+        // nor has data writeback lost.
+        if (piece.extent.seq >= horizon || (piece.extent.flags & Extent::kLost)) {
           media_error = true;
           continue;
         }

@@ -197,7 +197,7 @@ Status Engine::recover() {
     uint64_t rank = 0;
     for (const auto& [newest, segment] : order) segments_->at(segment).sealed_order = ++rank;
   }
-  segments_->rebuild_free_list();
+  segments_->rebuild_free_list([this](uint32_t segment) { return segment_has_bad_block(segment); });
 
   for (const ReplayedJournal& replayed : journals) {
     JournalState& state = journals_[replayed.slot];

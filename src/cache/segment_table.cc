@@ -4,11 +4,15 @@
 
 namespace pcached::cache {
 
-void SegmentTable::rebuild_free_list() {
+void SegmentTable::rebuild_free_list(const std::function<bool(uint32_t)>& is_bad) {
   std::lock_guard lock(mutex_);
   free_.clear();
   for (uint32_t i = 0; i < segments_.size(); ++i) {
-    if (segments_[i].use == SegmentUse::Free) free_.push_back(i);
+    if (segments_[i].use == SegmentUse::Bad || (segments_[i].use == SegmentUse::Free && is_bad(i))) {
+      segments_[i].use = SegmentUse::Bad;
+    } else if (segments_[i].use == SegmentUse::Free) {
+      free_.push_back(i);
+    }
   }
   free_count_ = static_cast<uint32_t>(free_.size());
 }
@@ -40,12 +44,13 @@ void SegmentTable::seal(uint32_t segment, uint64_t max_dirty_seq) {
   segments_[segment].max_dirty_seq = std::max(segments_[segment].max_dirty_seq, max_dirty_seq);
 }
 
-void SegmentTable::release(uint32_t segment) {
+void SegmentTable::release(uint32_t segment, bool bad) {
   {
     std::lock_guard lock(mutex_);
-    segments_[segment].use = SegmentUse::Free;
+    segments_[segment].use = bad ? SegmentUse::Bad : SegmentUse::Free;
     segments_[segment].sealed = false;
     segments_[segment].max_dirty_seq = 0;
+    if (bad) return;
     free_.push_back(segment);
     free_count_ = static_cast<uint32_t>(free_.size());
   }

@@ -1,6 +1,7 @@
 // Which segment is what: free, holding data, or part of a journal; its generation; and, for data
 // segments, the newest dirty key written into it. Allocation hands out free segments; GC gives
-// them back. A writer that finds none waits (never fails) until GC frees one.
+// them back. A writer that finds none waits (never fails) until GC frees one. A segment with a
+// known media error (bad block) is retired once nothing lives in it: it is never handed out again.
 #pragma once
 
 #include <atomic>
@@ -8,13 +9,14 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <vector>
 
 namespace pcached::cache {
 
-enum class SegmentUse : uint8_t { Free, Data, Journal };
+enum class SegmentUse : uint8_t { Free, Data, Journal, Bad };
 
 struct SegmentInfo {
   SegmentUse use = SegmentUse::Free;
@@ -30,9 +32,10 @@ class SegmentTable {
 
   uint32_t count() const { return static_cast<uint32_t>(segments_.size()); }
 
-  // Set-up (recovery), before any concurrent use.
+  // Set-up (recovery), before any concurrent use. Free segments for which is_bad holds are
+  // retired instead of listed.
   SegmentInfo& at(uint32_t segment) { return segments_[segment]; }
-  void rebuild_free_list();
+  void rebuild_free_list(const std::function<bool(uint32_t)>& is_bad);
 
   // Takes a free segment for `use`, bumping its generation; waits while there is none unless
   // `wait` is false (then nullopt). Returns the segment; its new generation is in info(segment).
@@ -40,7 +43,8 @@ class SegmentTable {
   // No more writes go into the segment; max_dirty_seq is the newest key whose data is in it
   // (its writer tracks that while the segment is open: GC never looks at open segments).
   void seal(uint32_t segment, uint64_t max_dirty_seq);
-  void release(uint32_t segment);  // back to the free list, after its data was evicted
+  // Back to the free list after its data was evicted, or retired (Bad) if it holds a bad block.
+  void release(uint32_t segment, bool bad);
 
   SegmentInfo info(uint32_t segment) const;
   // Sealed data segments whose newest dirty key is below horizon, oldest first.

@@ -84,6 +84,7 @@ void Writeback::add_to(CacheStats& stats) const {
   stats.writeback_bytes = bytes_.load();
   stats.writeback_batches = batches_.load();
   stats.writeback_errors = errors_.load();
+  stats.writeback_lost_bytes = lost_bytes_.load();
   stats.gc_runs = gc_runs_.load();
   stats.segments_reclaimed = reclaimed_.load();
   stats.writeback_stalled = stalled_.load();
@@ -167,6 +168,12 @@ void Writeback::collect(size_t budget, std::vector<Piece>& pieces, std::vector<C
     return it != taken.end() && it->first < end;
   };
   std::vector<format::Key> keys;
+  struct LostPiece {
+    uint64_t sector;
+    uint32_t sectors;
+    uint64_t seq;
+  };
+  std::vector<LostPiece> lost;
   for (uint32_t slot = 0; slot < format::kMaxJournals && used < limit; ++slot) {
     JournalState& journal = engine_.journals_[slot];
     JournalPosition cursor, published;
@@ -210,7 +217,8 @@ void Writeback::collect(size_t budget, std::vector<Piece>& pieces, std::vector<C
               pieces.push_back({piece.sector, piece.sectors, 0, /*discard=*/true});
               continue;
             }
-            if (!piece.cached || piece.extent.seq != key.seq) continue;
+            // (Lost data was counted when it was found; it is not read again.)
+            if (!piece.cached || piece.extent.seq != key.seq || (piece.extent.flags & Extent::kLost)) continue;
             const uint64_t bytes = uint64_t{piece.sectors} * kSectorSize;
             if (used + bytes > bounce_size_ || overlaps(piece.sector, piece.sector + piece.sectors)) {
               fits = false;
@@ -220,9 +228,14 @@ void Writeback::collect(size_t budget, std::vector<Piece>& pieces, std::vector<C
               std::memset(bounce_.get() + used, 0, bytes);
             } else if (Status read = engine_.region_->read(piece.extent.location, bounce_.get() + used, bytes); !read.ok()) {
               // The only copy of this data is unreadable: nothing can be written back for it.
+              // Its segment is kept out of GC, so that reads of these sectors keep failing with EIO
+              // instead of serving the older data the backing device holds.
               spdlog::error("cache on {}: dirty sectors {}+{} lost to a media error: {}", engine_.options_.region_path,
                             piece.sector, piece.sectors, read.message());
               errors_.fetch_add(1);
+              lost_bytes_.fetch_add(bytes);
+              lost_data_segments_.insert(engine_.superblock_.segment_at(piece.extent.location));
+              lost.push_back({piece.sector, piece.sectors, key.seq});
               continue;
             }
             // Registered while the shard lock still keeps the piece from being discarded or
@@ -232,6 +245,10 @@ void Writeback::collect(size_t budget, std::vector<Piece>& pieces, std::vector<C
             used += bytes;
           }
         });
+        // Marked once the shard lock is released: once clean, such data must not be read from
+        // the backing device in its place.
+        for (const LostPiece& piece : lost) engine_.index_.mark(piece.sector, piece.sectors, piece.seq, Extent::kLost);
+        lost.clear();
         if (!fits) break;
       }
       if (!fits) {
@@ -393,7 +410,7 @@ void Writeback::reclaim_journals() {
     std::lock_guard lock(engine_.journals_[slot].mutex);
     engine_.journals_[slot].in_use = false;
   }
-  for (uint32_t segment : released) engine_.segments_->release(segment);
+  for (uint32_t segment : released) engine_.release_segment(segment);
 }
 
 void Writeback::order_by_cost(std::vector<uint32_t>& candidates) const {
@@ -427,6 +444,7 @@ void Writeback::collect_garbage(const Tunables& tunables) {
   const uint64_t allowed = total * tunables.gc_threshold / 100;
   const size_t wanted = std::clamp<size_t>(used > allowed ? used - allowed : 1, 1, kMaxSegmentsPerGc);
   std::vector<uint32_t> victims = segments.reclaimable_data(engine_.clean_horizon_.load(), SIZE_MAX);
+  std::erase_if(victims, [&](uint32_t segment) { return lost_data_segments_.contains(segment); });
   if (victims.empty()) return;
   if (tunables.gc_policy == GcPolicy::CostBenefit) order_by_cost(victims);
   if (victims.size() > wanted) victims.resize(wanted);
@@ -443,7 +461,7 @@ void Writeback::collect_garbage(const Tunables& tunables) {
     return it != ranges.begin() && location < std::prev(it)->second;
   });
   for (const auto& [begin, end] : ranges) engine_.checksums_.forget(begin, end);
-  for (uint32_t segment : victims) segments.release(segment);
+  for (uint32_t segment : victims) engine_.release_segment(segment);
   gc_runs_.fetch_add(1);
   reclaimed_.fetch_add(victims.size());
 }

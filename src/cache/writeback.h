@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -112,6 +113,10 @@ class Writeback {
   std::atomic<unsigned> consecutive_failures_{0};
 
   std::atomic<uint64_t> bytes_{0}, batches_{0}, errors_{0}, gc_runs_{0}, reclaimed_{0};
+  // Dirty data whose only copy hit a media error, and the segments that hold it (never reclaimed
+  // during this attach). Touched by the worker thread only.
+  std::atomic<uint64_t> lost_bytes_{0};
+  std::set<uint32_t> lost_data_segments_;
   std::atomic<bool> stalled_{false};
 };
 

@@ -42,6 +42,8 @@ struct Superblock {
   // Seed of every other structure's checksum: ties them to this format of the region.
   uint32_t salt() const;
   uint64_t segment_offset(uint32_t segment) const { return data_start + uint64_t{segment} * segment_size; }
+  // The segment holding a region offset at or past data_start.
+  uint32_t segment_at(uint64_t offset) const { return static_cast<uint32_t>((offset - data_start) / segment_size); }
   bool operator==(const Superblock&) const = default;
 };
 

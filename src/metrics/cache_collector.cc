@@ -104,12 +104,20 @@ std::vector<MetricFamily> cache_families(const std::vector<CacheSample>& caches)
       segments.add(c, c.stats.segments_free, {{"state", "free"}});
       segments.add(c, c.stats.segments_data, {{"state", "data"}});
       segments.add(c, c.stats.segments_journal, {{"state", "journal"}});
+      segments.add(c, c.stats.segments_bad, {{"state", "bad"}});
     }
   }
+  gauge("pcached_pmem_bad_ranges", "Known bad ranges (media errors) of the pmem region.",
+        [](const S& s) { return s.bad_ranges; });
+  gauge("pcached_pmem_bad_bytes", "Bytes of the pmem region in known bad ranges.",
+        [](const S& s) { return s.bad_bytes; });
   counter("pcached_writeback_bytes_total", "Bytes written back to the backing device.",
           [](const S& s) { return s.writeback_bytes; });
   counter("pcached_writeback_errors_total", "Failed writeback attempts (retried).",
           [](const S& s) { return s.writeback_errors; });
+  counter("pcached_writeback_lost_bytes_total",
+          "Dirty bytes that could not be written back: their only copy hit a pmem media error.",
+          [](const S& s) { return s.writeback_lost_bytes; });
   gauge("pcached_writeback_stalled", "1 while writeback keeps failing and retries with backoff.",
         [](const S& s) { return s.writeback_stalled ? 1 : 0; });
   gauge("pcached_volatile_writeback",

@@ -206,6 +206,7 @@ Result<std::unique_ptr<Region>> Region::open(const RegionOptions& options) {
     spdlog::warn("pmem region {}: {}; media errors will be found only when a read faults", path,
                  badblocks.status().message());
   }
+  for (const BadRange& range : options.injected_bad_ranges) region->mark_bad(range.offset, range.length);
 
   if (region->identity_.kind == RegionKind::File) prefault(*region);
 
