@@ -211,6 +211,16 @@ Result<nlohmann::json> Daemon::remove(const nlohmann::json& args, const Progress
   Managed& managed = *found.value();
   const std::string name = managed.config.name;
   const std::string device = managed.device ? managed.device->block_device() : "";
+  if (managed.cache && !no_flush.value()) {
+    // Written back while the device still runs: if the backing device cannot take the data (it
+    // failed or went away), the remove is refused and the device keeps serving from the cache.
+    // detach() below writes back what arrives meanwhile.
+    if (Status status = managed.cache->flush_all(reporter(args, *managed.cache, progress)); !status.ok()) {
+      return status.with_context("cache " + name + " not removed: its dirty data could not be written back; " +
+                                 device + " keeps running (fix the backing device, or remove with --no-flush " +
+                                 "to leave the dirty data on pmem)");
+    }
+  }
   if (managed.device) {
     if (Status status = managed.device->remove(); !status.ok()) return status;
     managed.device.reset();

@@ -53,6 +53,13 @@ class EngineQueue::DirectWrite final : public io::CompletionHandler, public Pend
     spdlog::debug("backing {} of sectors {}+{} failed: {}", what, request_.sector, request_.sectors,
                   std::strerror(-error));
     QueueCounters::bump(queue_.counters_.direct_write_errors);
+    if (route_ == WriteRoute::Bypass && queue_.tunables_.get().mode == CacheMode::Writeback) {
+      // Only the sequential cutoff sent it to the device; in writeback mode the cache can take
+      // it as dirty data instead, so a failing or missing backing device does not fail it.
+      queue_.commit_staged_writes();
+      finish(queue_.write(request_));
+      return;
+    }
     // What the device holds for the range is unknown now: cached clean copies may be stale.
     queue_.forget_clean(request_);
     finish(error);

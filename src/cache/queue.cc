@@ -189,7 +189,7 @@ EngineQueue::WriteRoute EngineQueue::route_write(const Request& request, const T
     // cached keeps being served and updated in the cache).
     QueueCounters::bump(counters_.bypassed_writes);
     QueueCounters::bump(counters_.bypassed_bytes, uint64_t{request.sectors} * kSectorSize);
-    return WriteRoute::Around;
+    return WriteRoute::Bypass;
   }
   switch (tunables.mode) {
     case CacheMode::Writeback:
@@ -209,7 +209,7 @@ void EngineQueue::forget_clean(const Request& request) {
 }
 
 int EngineQueue::finish_direct_write(const Request& request, WriteRoute route) {
-  if (route == WriteRoute::Around) {
+  if (route == WriteRoute::Around || route == WriteRoute::Bypass) {
     forget_clean(request);
     return static_cast<int>(request.sectors * kSectorSize);
   }

@@ -67,7 +67,8 @@ class EngineQueue final : public CacheQueue {
 
   // Where a write goes: into the cache (acknowledged from pmem), through it (backing device, then
   // pmem as clean data), or around it (backing device; cached copies of the range dropped).
-  enum class WriteRoute { Cache, Through, Around };
+  // Bypass: around the cache because of the sequential cutoff (Around: because of the mode).
+  enum class WriteRoute { Cache, Through, Around, Bypass };
   // A part of a read that must come from the backing device.
   struct GapRecord {
     uint64_t sector;

@@ -259,6 +259,34 @@ TEST_CASE("a sequential stream past the cutoff bypasses the cache unless its dat
   CHECK(cache->stats().read_misses == misses + 1);
 }
 
+TEST_CASE("a bypassing stream whose device write fails goes into the cache in writeback mode only",
+          "[cache][policy][sequential][faults]") {
+  const bool writeback = GENERATE(true, false);
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  auto cache = open_cache(with_mode(files, writeback ? cache::CacheMode::Writeback : cache::CacheMode::Writethrough));
+  REQUIRE(cache->set("sequential_cutoff", "4096").ok());
+  auto queue = make_queue(*cache);
+  cache->backing_faults().writes.count = -1;  // the device fails every write
+  int failed = 0;
+  for (uint64_t sector = 0; sector < 256; sector += 16) {
+    const auto data = pattern(sector + 1, sector, 16);
+    const int result = queue->write(sector, 16, data.data());
+    if (result < 0) ++failed;
+    if (writeback) REQUIRE(result == 16 * 512);
+  }
+  CHECK(cache->stats().bypassed_writes > 0);
+  CHECK(cache->stats().direct_write_errors > 0);
+  if (!writeback) {
+    CHECK(failed > 0);  // writethrough promises the device has the data: it cannot
+    return;
+  }
+  cache->backing_faults().writes.count = 0;
+  REQUIRE(cache->flush_all().ok());
+  queue.reset();
+  REQUIRE(cache->detach(false).ok());
+  for (uint64_t sector = 0; sector < 256; ++sector) CHECK(backing_id(files, sector) == sector / 16 * 16 + 1);
+}
+
 TEST_CASE("promote_after fills a block only once it has missed that many times", "[cache][policy][promotion]") {
   CacheFiles files(kRegionBytes, kBackingBytes);
   cache::CacheOptions options = files.options(true);
