@@ -1,6 +1,7 @@
 // The seam between the daemon and what exports its caches: the daemon asks a Frontend for one
 // ExportedDevice per cache and knows nothing of ublk. UblkFrontend (daemon/ublk_frontend.h) serves
-// /dev/ublkbN.
+// /dev/ublkbN; InProcessFrontend (daemon/in_process_frontend.h) exports nothing to the kernel, so
+// that tests, and anyone trying the control plane, can run the daemon without the ublk driver.
 #pragma once
 
 #include <memory>
@@ -12,7 +13,7 @@
 
 namespace pcached::daemon {
 
-enum class FrontendKind { Ublk };
+enum class FrontendKind { Ublk, InProcess };
 
 // What a device is set up with, from the cache's entry in the state file.
 struct ExportSettings {
