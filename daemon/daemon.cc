@@ -15,6 +15,10 @@ std::string state_path(const DaemonOptions& options) { return options.state_dir 
 
 unsigned default_queues() { return std::clamp(std::thread::hardware_concurrency(), 1u, 4u); }
 
+ExportSettings export_settings(const CacheConfig& config) {
+  return {config.device_id, config.queues, config.depth};
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options) {
@@ -74,10 +78,6 @@ Status Daemon::restore(const CacheConfig& config) {
   spdlog::info("cache {}: {} on {} over {}", config.name, managed->device->name(), config.region, config.backing);
   caches_.emplace(config.name, std::move(managed));
   return Status();
-}
-
-ExportSettings Daemon::export_settings(const CacheConfig& config) const {
-  return {config.device_id, config.queues, config.depth};
 }
 
 Status Daemon::save() const {

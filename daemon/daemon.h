@@ -69,8 +69,6 @@ class Daemon {
   Status save() const;
   nlohmann::json describe(const Managed& managed, bool detailed) const;
 
-  ExportSettings export_settings(const CacheConfig& config) const;
-
   DaemonOptions options_;
   std::unique_ptr<Frontend> frontend_;  // declared before the caches: it outlives their devices
   mutable std::mutex mutex_;

@@ -162,6 +162,16 @@ std::string message_of(const Result<json>& result) { return result.ok() ? "" : r
 
 }  // namespace
 
+TEST_CASE("the default frontend is ublk: without its control device the daemon does not start", "[daemon]") {
+  TemporaryDirectory state;
+  daemon::DaemonOptions options;
+  options.state_dir = state.path() + "/state";
+  options.ublk_control = state.path() + "/no-ublk-control";
+  auto started = daemon::Daemon::start(options);
+  REQUIRE_FALSE(started.ok());
+  CHECK_THAT(started.status().message(), Catch::Contains("cannot open " + options.ublk_control));
+}
+
 TEST_CASE("add exports a cache as inprocN; list and status describe it", "[daemon][in-process]") {
   CacheFiles web(kRegionBytes, kBackingBytes), db(kRegionBytes, kBackingBytes);
   DaemonUnderTest d;
