@@ -15,6 +15,10 @@ std::string state_path(const DaemonOptions& options) { return options.state_dir 
 
 unsigned default_queues() { return std::clamp(std::thread::hardware_concurrency(), 1u, 4u); }
 
+ExportSettings export_settings(const CacheConfig& config) {
+  return {config.device_id, config.queues, config.depth};
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options) {
@@ -22,9 +26,9 @@ Result<std::unique_ptr<Daemon>> Daemon::start(const DaemonOptions& options) {
   if (::mkdir(options.state_dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return Status::error(errno, "cannot create state directory " + options.state_dir + ": " + std::strerror(errno));
   }
-  auto control = ublk::ControlDevice::open(options.ublk_control);
-  if (!control.ok()) return control.status();
-  daemon->control_ = std::move(control.value());
+  auto frontend = open_frontend(options.frontend, options.ublk_control);
+  if (!frontend.ok()) return frontend.status();
+  daemon->frontend_ = std::move(frontend.value());
   auto configs = load_state(state_path(options));
   if (!configs.ok()) return configs.status();
   for (const CacheConfig& config : configs.value()) {
@@ -67,30 +71,11 @@ Status Daemon::restore(const CacheConfig& config) {
   auto managed = std::make_unique<Managed>();
   managed->config = config;
   if (Status status = open_cache(*managed, false, false); !status.ok()) return status;
-  // A device left by the previous daemon is taken over (user recovery): its users see a pause.
-  if (config.device_id >= 0) {
-    auto info = control_->info(static_cast<uint32_t>(config.device_id));
-    if (info.ok() && info->state != UBLK_S_DEV_DEAD) {
-      auto device = ublk::UblkDevice::recover(*control_, *managed->cache, static_cast<uint32_t>(config.device_id));
-      if (!device.ok()) return device.status();
-      managed->device = std::move(device.value());
-    } else if (info.ok()) {
-      if (Status removed = control_->remove(static_cast<uint32_t>(config.device_id)); !removed.ok()) {
-        spdlog::warn("cache {}: stale device: {}", config.name, removed.message());
-      }
-    }
-  }
-  if (!managed->device) {
-    ublk::DeviceSettings settings;
-    settings.dev_id = config.device_id;
-    settings.queues = static_cast<uint16_t>(config.queues);
-    settings.depth = static_cast<uint16_t>(config.depth);
-    auto device = ublk::UblkDevice::create(*control_, *managed->cache, settings);
-    if (!device.ok()) return device.status();
-    managed->device = std::move(device.value());
-    managed->config.device_id = static_cast<int>(managed->device->id());
-  }
-  spdlog::info("cache {}: {} on {} over {}", config.name, managed->device->block_device(), config.region, config.backing);
+  auto device = frontend_->restore(*managed->cache, export_settings(config));
+  if (!device.ok()) return device.status();
+  managed->device = std::move(device.value());
+  managed->config.device_id = static_cast<int>(managed->device->id());
+  spdlog::info("cache {}: {} on {} over {}", config.name, managed->device->name(), config.region, config.backing);
   caches_.emplace(config.name, std::move(managed));
   return Status();
 }
@@ -176,10 +161,7 @@ Result<nlohmann::json> Daemon::add(const nlohmann::json& args) {
   auto managed = std::make_unique<Managed>();
   managed->config = config.value();
   if (Status status = open_cache(*managed, format.value(), force.value()); !status.ok()) return status;
-  ublk::DeviceSettings settings;
-  settings.queues = static_cast<uint16_t>(managed->config.queues);
-  settings.depth = static_cast<uint16_t>(managed->config.depth);
-  auto device = ublk::UblkDevice::create(*control_, *managed->cache, settings);
+  auto device = frontend_->create(*managed->cache, export_settings(managed->config));
   if (!device.ok()) {
     managed->cache->abandon();
     return device.status();
@@ -194,11 +176,19 @@ Result<nlohmann::json> Daemon::add(const nlohmann::json& args) {
 
 Result<Daemon::Managed*> Daemon::find(const std::string& name_or_device) const {
   for (const auto& [name, managed] : caches_) {
-    if (name == name_or_device || (managed->device && managed->device->block_device() == name_or_device)) {
+    if (name == name_or_device || (managed->device && managed->device->name() == name_or_device)) {
       return managed.get();
     }
   }
   return Status::error(ENOENT, "no cache named '" + name_or_device + "'");
+}
+
+Result<Daemon::Managed*> Daemon::find_running(const std::string& name_or_device) const {
+  auto found = find(name_or_device);
+  if (found.ok() && !found.value()->cache) {
+    return Status::error(EIO, "cache '" + found.value()->config.name + "' is not running");
+  }
+  return found;
 }
 
 Result<nlohmann::json> Daemon::remove(const nlohmann::json& args, const Progress& progress) {
@@ -210,7 +200,7 @@ Result<nlohmann::json> Daemon::remove(const nlohmann::json& args, const Progress
   if (!found.ok()) return found.status();
   Managed& managed = *found.value();
   const std::string name = managed.config.name;
-  const std::string device = managed.device ? managed.device->block_device() : "";
+  const std::string device = managed.device ? managed.device->name() : "";
   if (managed.cache && !no_flush.value()) {
     // Written back while the device still runs: if the backing device cannot take the data (it
     // failed or went away), the remove is refused and the device keeps serving from the cache.
@@ -230,7 +220,7 @@ Result<nlohmann::json> Daemon::remove(const nlohmann::json& args, const Progress
     before = managed.cache->stats();
     // Invariant 8: every dirty sector goes to the backing device first, unless told otherwise.
     if (Status status = managed.cache->detach(no_flush.value(), reporter(args, *managed.cache, progress)); !status.ok()) {
-      return status.with_context("cache " + name + " removed from ublk but still holds dirty data");
+      return status.with_context("cache " + name + " no longer exported as " + device + " but still holds dirty data");
     }
   }
   caches_.erase(name);
@@ -241,7 +231,7 @@ Result<nlohmann::json> Daemon::remove(const nlohmann::json& args, const Progress
 
 nlohmann::json Daemon::describe(const Managed& managed, bool detailed) const {
   nlohmann::json doc = {{"name", managed.config.name},
-                        {"device", managed.device ? managed.device->block_device() : ""},
+                        {"device", managed.device ? managed.device->name() : ""},
                         {"region", managed.config.region},
                         {"backing", managed.config.backing},
                         {"state", managed.device ? "running" : "failed"}};
@@ -256,6 +246,7 @@ nlohmann::json Daemon::describe(const Managed& managed, bool detailed) const {
   doc["cached_bytes"] = s.cached_bytes;
   doc["dirty_bytes"] = s.dirty_bytes;
   if (!detailed) return doc;
+  if (managed.device) doc["frontend"] = managed.device->describe();
   doc["queues"] = managed.config.queues;
   doc["depth"] = managed.config.depth;
   doc["logical_block_size"] = s.logical_block_size;
@@ -302,7 +293,7 @@ std::vector<metrics::CacheSample> Daemon::samples() const {
   std::vector<metrics::CacheSample> out;
   for (const auto& [name, managed] : caches_) {
     if (!managed->cache) continue;
-    out.push_back({name, managed->device ? managed->device->block_device() : "", managed->cache->stats()});
+    out.push_back({name, managed->device ? managed->device->name() : "", managed->cache->stats()});
   }
   return out;
 }
@@ -314,10 +305,9 @@ Result<nlohmann::json> Daemon::set(const nlohmann::json& args) {
   for (const Status* status : {&target.status(), &key.status(), &value.status()}) {
     if (!status->ok()) return *status;
   }
-  auto found = find(target.value());
+  auto found = find_running(target.value());
   if (!found.ok()) return found.status();
   Managed& managed = *found.value();
-  if (!managed.cache) return Status::error(EIO, "cache '" + managed.config.name + "' is not running");
   // Remembered, so that a restart keeps the setting.
   const Status changed = managed.cache->set(key.value(), value.value());
   // Remembered, so that a restart keeps it (a mode switch that could not write everything back
@@ -332,15 +322,32 @@ Result<nlohmann::json> Daemon::set(const nlohmann::json& args) {
 Result<nlohmann::json> Daemon::flush(const nlohmann::json& args, const Progress& progress) {
   auto target = control::string_arg(args, "name", true);
   if (!target.ok()) return target.status();
-  auto found = find(target.value());
+  auto found = find_running(target.value());
   if (!found.ok()) return found.status();
   Managed& managed = *found.value();
-  if (!managed.cache) return Status::error(EIO, "cache '" + managed.config.name + "' is not running");
   const uint64_t before = managed.cache->stats().writeback_bytes;
   if (Status status = managed.cache->flush_all(reporter(args, *managed.cache, progress)); !status.ok()) return status;
   const cache::CacheStats after = managed.cache->stats();
   return nlohmann::json{{"name", managed.config.name}, {"written_back_bytes", after.writeback_bytes - before},
                         {"dirty_bytes", after.dirty_bytes}};
+}
+
+Result<std::shared_ptr<frontend::SyncQueue>> Daemon::open_queue(const std::string& name_or_device) {
+  std::lock_guard lock(mutex_);
+  auto found = find_running(name_or_device);
+  if (!found.ok()) return found.status();
+  Managed& managed = *found.value();
+  // A cache whose write-back on remove failed is open but exported no more.
+  if (!managed.device) return Status::error(EIO, "cache '" + managed.config.name + "' is not exported");
+  return managed.device->open_queue();
+}
+
+Result<backing::FaultInjection*> Daemon::backing_faults(const std::string& name_or_device) {
+  std::lock_guard lock(mutex_);
+  auto found = find_running(name_or_device);
+  if (!found.ok()) return found.status();
+  Managed& managed = *found.value();
+  return &managed.cache->backing_faults();
 }
 
 void Daemon::remove_all() {

@@ -1,5 +1,6 @@
-// pcachedd's core: the caches it runs (each a cache engine and its /dev/ublkbN), the state file
-// that brings them back after a restart, and the control commands.
+// pcachedd's core: the caches it runs (each a cache engine and the device a frontend exports it
+// as: /dev/ublkbN, or inprocN in-process), the state file that brings them back after a restart,
+// and the control commands.
 #pragma once
 
 #include <functional>
@@ -12,16 +13,18 @@
 
 #include "control/protocol.h"
 #include "daemon/cache_config.h"
+#include "daemon/exported_device.h"
+#include "daemon/frontend.h"
+#include "frontend/sync_queue.h"
 #include "metrics/cache_collector.h"
 #include "pcached/cache.h"
-#include "ublk/control_device.h"
-#include "ublk/ublk_device.h"
 
 namespace pcached::daemon {
 
 struct DaemonOptions {
   std::string state_dir = "/var/lib/pcached";
-  std::string ublk_control = "/dev/ublk-control";
+  FrontendKind frontend = FrontendKind::Ublk;
+  std::string ublk_control = "/dev/ublk-control";  // the ublk frontend's only
 };
 
 class Daemon {
@@ -37,12 +40,18 @@ class Daemon {
   std::vector<metrics::CacheSample> samples() const;
   // Removes every device, writing back dirty data (used with --remove-on-exit).
   void remove_all();
+  // An in-process queue on a cache's device (the in-process frontend's only way in; a ublk device
+  // refuses). The queue must be released before the cache is removed or the daemon destroyed.
+  Result<std::shared_ptr<frontend::SyncQueue>> open_queue(const std::string& name_or_device);
+  // Makes a cache's backing device misbehave on purpose (tests and fault drills); valid while the
+  // cache runs.
+  Result<backing::FaultInjection*> backing_faults(const std::string& name_or_device);
 
  private:
   struct Managed {
     CacheConfig config;
     std::unique_ptr<cache::Cache> cache;
-    std::unique_ptr<ublk::UblkDevice> device;
+    std::unique_ptr<ExportedDevice> device;  // declared after the cache it serves, so it goes first
   };
 
   explicit Daemon(const DaemonOptions& options) : options_(options) {}
@@ -54,12 +63,14 @@ class Daemon {
   Result<nlohmann::json> set(const nlohmann::json& args);
   Result<nlohmann::json> flush(const nlohmann::json& args, const Progress& progress);
   Result<Managed*> find(const std::string& name_or_device) const;
+  // As find, and refused unless the cache is open (it may have failed to come back).
+  Result<Managed*> find_running(const std::string& name_or_device) const;
   Status open_cache(Managed& managed, bool format, bool force) const;
   Status save() const;
   nlohmann::json describe(const Managed& managed, bool detailed) const;
 
   DaemonOptions options_;
-  std::unique_ptr<ublk::ControlDevice> control_;
+  std::unique_ptr<Frontend> frontend_;  // declared before the caches: it outlives their devices
   mutable std::mutex mutex_;
   std::map<std::string, std::unique_ptr<Managed>> caches_;
 };

@@ -1,5 +1,6 @@
 // pcachedd: the pcached daemon. Runs in the foreground (as systemd expects), serves every cache
-// in its state file as /dev/ublkbN, and takes commands on its control socket.
+// in its state file as /dev/ublkbN (or, with --frontend in-process, exports it to nobody), and
+// takes commands on its control socket.
 #include <sched.h>
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
   std::string metrics_address = "127.0.0.1:9469";
   std::string log_level = "info";
   bool remove_on_exit = false;
+  std::string frontend = "ublk";
   app.add_option("--socket", socket_path, "control socket")->capture_default_str();
   app.add_option("--state-dir", state_dir, "where the list of caches and calibrations are kept")->capture_default_str();
   app.add_option("--metrics-address", metrics_address, "Prometheus /metrics listen address")->capture_default_str();
@@ -63,6 +65,11 @@ int main(int argc, char** argv) {
   app.add_flag("--remove-on-exit", remove_on_exit,
                "on SIGTERM/SIGINT remove every device, writing back dirty data (default: leave the devices for the "
                "next daemon to recover)");
+  app.add_option("--frontend", frontend,
+                 "how caches are exported: ublk (/dev/ublkbN), or in-process (nothing reaches the kernel and no "
+                 "ublk driver is needed: for tests, and for trying the control plane)")
+      ->check(CLI::IsMember({"ublk", "in-process"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("pcachedd"));
@@ -82,10 +89,13 @@ int main(int argc, char** argv) {
     spdlog::error("another pcachedd is running for {} (or {}.lock cannot be created)", state_dir, state_dir);
     return 1;
   }
-  leave_shared_mount_namespace();
+  const bool in_process = frontend == "in-process";
+  // In-process caches have no block device that anything could mount.
+  if (!in_process) leave_shared_mount_namespace();
 
   daemon::DaemonOptions options;
   options.state_dir = state_dir;
+  options.frontend = in_process ? daemon::FrontendKind::InProcess : daemon::FrontendKind::Ublk;
   auto daemon = daemon::Daemon::start(options);
   if (!daemon.ok()) {
     spdlog::error("{}", daemon.status().message());
@@ -132,7 +142,8 @@ int main(int argc, char** argv) {
   }
   // Leave the devices to the next pcachedd: the driver holds their I/O until it recovers them.
   // Everything acknowledged is durable already, so there is nothing to write on the way out.
-  spdlog::info("exiting; devices stay for the next pcachedd to recover");
+  spdlog::info(in_process ? "exiting; the next pcachedd attaches the caches again"
+                          : "exiting; devices stay for the next pcachedd to recover");
   std::fflush(nullptr);
   ::_exit(0);
 }
