@@ -91,7 +91,7 @@ struct LatencySnapshot {
 };
 
 struct CacheStats {
-  CacheMode mode = CacheMode::Writeback;
+  Tunables tunables;                     // the settings in force (mode, GC, writeback, ...)
   std::string persistence_domain;        // of the region: cpu_cache, memory_controller, none, unknown, volatile/test
   bool volatile_writeback = false;       // writeback allowed on a domain that may lose it (the override)
   uint64_t capacity_bytes = 0;  // the data area of the region

@@ -27,6 +27,8 @@ enum class GcPolicy : uint8_t {
   Fifo,         // oldest sealed first (dm-pcache's order)
 };
 
+std::string_view to_string(GcPolicy policy);
+
 struct Tunables {
   CacheMode mode = CacheMode::Writeback;
   // GC reclaims clean segments while more than this share of segments is in use (0-90).

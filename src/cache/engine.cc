@@ -424,9 +424,9 @@ CacheStats Engine::stats() const {
     s = retired_;
     for (const QueueCounters* queue : queues_) queue->add_to(s);
   }
-  s.mode = tunables_.get().mode;
+  s.tunables = tunables_.get();
   s.persistence_domain = std::string(pmem::to_string(domain_));
-  s.volatile_writeback = s.mode == CacheMode::Writeback && !pmem::survives_power_loss(domain_);
+  s.volatile_writeback = s.tunables.mode == CacheMode::Writeback && !pmem::survives_power_loss(domain_);
   s.capacity_bytes = uint64_t{superblock_.segment_count} * superblock_.segment_size;
   s.device_bytes = backing_->size();
   s.logical_block_size = backing_->logical_block_size();

@@ -67,7 +67,7 @@ Entry entry(std::string_view name, Field Tunables::*field, Parser parser, std::s
 std::string unsigned_text(unsigned value) { return std::to_string(value); }
 std::string switch_text(bool value) { return value ? "on" : "off"; }
 std::string mode_text(CacheMode mode) { return std::string(to_string(mode)); }
-std::string gc_policy_text(GcPolicy policy) { return policy == GcPolicy::Fifo ? "fifo" : "cost-benefit"; }
+std::string gc_policy_text(GcPolicy policy) { return std::string(to_string(policy)); }
 
 const std::vector<Entry>& entries() {
   static const std::vector<Entry> table = [] {
@@ -140,6 +140,8 @@ std::string_view to_string(CacheMode mode) {
   }
   return "unknown";
 }
+
+std::string_view to_string(GcPolicy policy) { return policy == GcPolicy::Fifo ? "fifo" : "cost-benefit"; }
 
 Result<CacheMode> parse_cache_mode(std::string_view text) {
   for (CacheMode mode : {CacheMode::Writeback, CacheMode::Writethrough, CacheMode::Writearound}) {

@@ -89,10 +89,42 @@ std::vector<MetricFamily> cache_families(const std::vector<CacheSample>& caches)
     FamilyBuilder mode(out, "pcached_cache_mode", "1 for the cache's current mode, 0 for the others.", MetricType::Gauge);
     for (const CacheSample& c : caches) {
       for (auto m : {cache::CacheMode::Writeback, cache::CacheMode::Writethrough, cache::CacheMode::Writearound}) {
-        mode.add(c, c.stats.mode == m ? 1 : 0, {{"mode", std::string(cache::to_string(m))}});
+        mode.add(c, c.stats.tunables.mode == m ? 1 : 0, {{"mode", std::string(cache::to_string(m))}});
       }
     }
   }
+  // The other settings (pcached set), in base units.
+  {
+    FamilyBuilder policy(out, "pcached_gc_policy", "1 for the cache's GC policy, 0 for the others.", MetricType::Gauge);
+    for (const CacheSample& c : caches) {
+      for (auto p : {cache::GcPolicy::CostBenefit, cache::GcPolicy::Fifo}) {
+        policy.add(c, c.stats.tunables.gc_policy == p ? 1 : 0, {{"policy", std::string(cache::to_string(p))}});
+      }
+    }
+  }
+  gauge("pcached_gc_threshold_ratio", "GC reclaims clean segments while more than this share of segments is in use.",
+        [](const S& s) { return s.tunables.gc_threshold / 100.0; });
+  gauge("pcached_read_miss_fill_enabled", "1 if read misses are copied into the cache.",
+        [](const S& s) { return s.tunables.read_miss_fill ? 1 : 0; });
+  gauge("pcached_promote_after_misses", "Misses of a 4 KiB block before it is filled into the cache.",
+        [](const S& s) { return s.tunables.promote_after; });
+  gauge("pcached_sequential_cutoff_bytes", "Sequential streams longer than this bypass the cache (0: off).",
+        [](const S& s) { return s.tunables.sequential_cutoff; });
+  gauge("pcached_data_crc_enabled", "1 if cached data is checksummed and verified on read.",
+        [](const S& s) { return s.tunables.data_crc ? 1 : 0; });
+  {
+    FamilyBuilder watermark(out, "pcached_writeback_watermark_ratio",
+                            "Dirty share of the capacity where eager writeback starts (high) and stops (low).",
+                            MetricType::Gauge);
+    for (const CacheSample& c : caches) {
+      watermark.add(c, c.stats.tunables.writeback_low / 100.0, {{"level", "low"}});
+      watermark.add(c, c.stats.tunables.writeback_high / 100.0, {{"level", "high"}});
+    }
+  }
+  gauge("pcached_writeback_rate_limit_bytes_per_second", "Writeback rate limit outside eager and idle writeback (0: none).",
+        [](const S& s) { return s.tunables.writeback_rate; });
+  gauge("pcached_writeback_idle_seconds", "Foreground quiet time after which writeback runs unthrottled (0: never).",
+        [](const S& s) { return s.tunables.writeback_idle_ms / 1000.0; });
   gauge("pcached_capacity_bytes", "Data capacity of the pmem region.", [](const S& s) { return s.capacity_bytes; });
   gauge("pcached_device_size_bytes", "Size of the cached device (the backing device).",
         [](const S& s) { return s.device_bytes; });

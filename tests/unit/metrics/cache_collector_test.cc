@@ -18,6 +18,15 @@ TEST_CASE("cache statistics become labelled Prometheus metrics", "[metrics]") {
   sample.stats.latency[static_cast<size_t>(cache::Op::Write)].counts[3] = 4;  // (4, 8] µs
   sample.stats.latency[static_cast<size_t>(cache::Op::Write)].count = 4;
   sample.stats.copies[0][3] = 9;  // nt, 4 KiB
+  sample.stats.tunables.gc_threshold = 55;
+  sample.stats.tunables.gc_policy = cache::GcPolicy::Fifo;
+  sample.stats.tunables.sequential_cutoff = 1 << 20;
+  sample.stats.tunables.writeback_high = 50;
+  sample.stats.tunables.writeback_rate = 1000000;
+  sample.stats.tunables.writeback_idle_ms = 250;
+  sample.stats.tunables.data_crc = true;
+  sample.stats.segments_bad = 2;
+  sample.stats.bad_bytes = 8192;
   const std::string text = exposition(cache_families({sample}));
   INFO(text);
   CHECK(text.find(R"(pcached_read_requests_total{cache="db",device="/dev/ublkb0",result="hit"} 5)") != std::string::npos);
@@ -37,6 +46,25 @@ TEST_CASE("cache statistics become labelled Prometheus metrics", "[metrics]") {
         std::string::npos);
   CHECK(text.find(R"(pcached_pmem_copies_total{cache="db",device="/dev/ublkb0",method="nt",size_class="4096"} 9)") !=
         std::string::npos);
+  // Every setting, in base units.
+  for (const char* line : {
+           R"(pcached_gc_threshold_ratio{cache="db",device="/dev/ublkb0"} 0.55)",
+           R"(pcached_gc_policy{cache="db",device="/dev/ublkb0",policy="fifo"} 1)",
+           R"(pcached_gc_policy{cache="db",device="/dev/ublkb0",policy="cost-benefit"} 0)",
+           R"(pcached_sequential_cutoff_bytes{cache="db",device="/dev/ublkb0"} 1048576)",
+           R"(pcached_writeback_watermark_ratio{cache="db",device="/dev/ublkb0",level="high"} 0.5)",
+           R"(pcached_writeback_watermark_ratio{cache="db",device="/dev/ublkb0",level="low"} 0.1)",
+           R"(pcached_writeback_rate_limit_bytes_per_second{cache="db",device="/dev/ublkb0"} 1000000)",
+           R"(pcached_writeback_idle_seconds{cache="db",device="/dev/ublkb0"} 0.25)",
+           R"(pcached_data_crc_enabled{cache="db",device="/dev/ublkb0"} 1)",
+           R"(pcached_read_miss_fill_enabled{cache="db",device="/dev/ublkb0"} 1)",
+           R"(pcached_promote_after_misses{cache="db",device="/dev/ublkb0"} 1)",
+           R"(pcached_cache_mode{cache="db",device="/dev/ublkb0",mode="writeback"} 1)",
+           R"(pcached_segments{cache="db",device="/dev/ublkb0",state="bad"} 2)",
+           R"(pcached_pmem_bad_bytes{cache="db",device="/dev/ublkb0"} 8192)",
+       }) {
+    CHECK(text.find(line) != std::string::npos);
+  }
 }
 
 TEST_CASE("no caches: the families are still there, empty", "[metrics]") {
