@@ -83,6 +83,21 @@ void ExtentIndex::erase_range(Shard& shard, uint64_t begin, uint64_t end, uint64
 
 void ExtentIndex::insert_in_stripe(Shard& shard, uint64_t begin, uint64_t end, uint64_t location, uint64_t seq,
                                    uint32_t flags) {
+  // The common cases with one descent of the tree: nothing cached there yet, or an extent of
+  // exactly this range (a block written again) that the new data replaces in place.
+  if (auto it = first_overlapping(shard.map, begin); it == shard.map.end() || it->first >= end) {
+    Extent extent{static_cast<uint32_t>(end - begin), flags, (flags & Extent::kZero) ? 0 : location, seq};
+    shard.map.emplace_hint(it, begin, extent);
+    shard.extents.fetch_add(1, std::memory_order_relaxed);
+    shard.sectors.fetch_add(end - begin, std::memory_order_relaxed);
+    account(extent, static_cast<int64_t>(end - begin));
+    return;
+  } else if (it->first == begin && end_of(*it) == end && it->second.seq <= seq) {
+    account(it->second, -static_cast<int64_t>(end - begin));
+    it->second = Extent{static_cast<uint32_t>(end - begin), flags, (flags & Extent::kZero) ? 0 : location, seq};
+    account(it->second, static_cast<int64_t>(end - begin));
+    return;
+  }
   thread_local std::vector<std::pair<uint64_t, uint64_t>> kept;
   kept.clear();
   erase_range(shard, begin, end, seq, &kept);

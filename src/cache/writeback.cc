@@ -73,9 +73,12 @@ void Writeback::stop() {
 }
 
 void Writeback::kick() {
+  // Writers on a full cache kick on every commit: one that finds a kick pending is done without
+  // touching the mutex.
+  if (kicked_.exchange(true, std::memory_order_acq_rel)) return;
   {
+    // Taken so that the worker cannot miss the flag between testing it and going to sleep.
     std::lock_guard lock(mutex_);
-    kicked_ = true;
   }
   wake_.notify_all();
 }
@@ -146,8 +149,8 @@ void Writeback::run() {
     } else if (!allowed.go) {
       pause = std::max(pause, std::chrono::milliseconds(10));
     }
-    wake_.wait_for(lock, pause, [&] { return stop_ || kicked_; });
-    kicked_ = false;
+    wake_.wait_for(lock, pause, [&] { return stop_ || kicked_.load(std::memory_order_acquire); });
+    kicked_.store(false, std::memory_order_release);
   }
 }
 

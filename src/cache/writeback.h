@@ -108,7 +108,7 @@ class Writeback {
   std::condition_variable wake_;
   std::condition_variable progress_;
   bool stop_ = false;
-  bool kicked_ = false;
+  std::atomic<bool> kicked_{false};
   int last_error_ = 0;
   std::atomic<unsigned> consecutive_failures_{0};
 

@@ -24,6 +24,7 @@ assert interference["writes"] > 0, interference
 for run in ("running", "held_back"):
     assert 0 < interference[run]["p50_us"] <= interference[run]["p99_us"] <= interference[run]["p999_us"], interference
 table = subprocess.run([bench, "--quick", "--region-size", "128M"], check=True, capture_output=True, text=True).stdout
-assert "4 KiB random write, 1 queue:" in table and "index DRAM per extent" in table, table
+assert doc["batched_writes"]["iops"] > 0 and doc["ratios"]["write_4k_random_batched_vs_nt_copy"] > 0, doc["ratios"]
+assert "4 KiB random write into free cache space, 1 queue:" in table and "index DRAM per extent" in table, table
 assert "hit ratio FIFO" in table and "writeback running" in table, table
 print("engine benchmark: table and JSON well formed")
