@@ -238,7 +238,7 @@ int main(int argc, char** argv) {
       request.args["settings"][key] = value;
     }
     request.args["settings"]["mode"] = mode;
-    if (!segment_size.empty()) {
+    if (add->count("--segment-size") != 0) {
       auto size = parse_size(segment_size);
       if (!size.ok()) {
         std::fprintf(stderr, "pcached: --segment-size: %s\n", size.status().message().c_str());

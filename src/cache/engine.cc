@@ -198,8 +198,8 @@ Engine::Engine(const CacheOptions& options, std::unique_ptr<pmem::Region> region
 
 Engine::~Engine() { stop_background(); }
 
-Result<Superblock> Engine::load_or_format(const CacheOptions& options, const pmem::Region& region,
-                                          const backing::BackingDevice& backing, pmem::PmemWriter& writer) {
+Result<Engine::RegionVerdict> Engine::examine_region(const CacheOptions& options, const pmem::Region& region,
+                                                     const backing::BackingDevice& backing) {
   const std::string& path = region.path();
   Result<Superblock> copies[2] = {read_superblock_copy(region, 0), read_superblock_copy(region, 1)};
   // A copy with our magic and a matching checksum but fields that cannot be (EINVAL) is damage
@@ -222,7 +222,7 @@ Result<Superblock> Engine::load_or_format(const CacheOptions& options, const pme
                                        "; formatting destroys it, including dirty data not yet written back; "
                                        "add --force to format anyway");
     }
-    return format_region(options, region, backing, writer);
+    return RegionVerdict{};
   }
 
   if (copies[0].ok() || copies[1].ok()) {
@@ -240,19 +240,16 @@ Result<Superblock> Engine::load_or_format(const CacheOptions& options, const pme
       spdlog::warn("pmem region {}: superblock copies differ in their flags (an update cut short); taking copy 0", path);
       repair = true;
     }
-    if (repair) {
-      if (!copies[good ^ 1].ok()) {
-        spdlog::warn("pmem region {}: superblock copy {} is damaged ({}); rewriting it from copy {}", path, good ^ 1,
-                     copies[good ^ 1].status().message(), good);
-      }
-      write_superblock_copy(writer, sb, good ^ 1);
+    if (repair && !copies[good ^ 1].ok()) {
+      spdlog::warn("pmem region {}: superblock copy {} is damaged ({}); rewriting it from copy {}", path, good ^ 1,
+                   copies[good ^ 1].status().message(), good);
     }
     if (sb.region_size > region.size()) {
       return Status::error(ENOSPC, "pmem region " + path + " is " + format_size(region.size()) +
                                        ", smaller than the " + format_size(sb.region_size) + " it was formatted with");
     }
     if (Status status = check_backing(options, sb, backing); !status.ok()) return status;
-    return sb;
+    return RegionVerdict{sb, repair ? static_cast<int>(good ^ 1) : -1};
   }
 
   const int code0 = copies[0].status().code();
@@ -289,14 +286,20 @@ Result<std::unique_ptr<Engine>> Engine::open(const CacheOptions& options) {
   auto backing = backing::BackingDevice::open(options.backing_path);
   if (!backing.ok()) return backing.status();
   // Writeback needs a region that keeps dirty data through a power cut (or the operator's
-  // override): checked before a format writes anything, and again with the superblock's record.
+  // override, given now or recorded in the superblock).
   const pmem::PersistenceDomain domain = pmem::persistence_domain_of(*region.value());
-  if (options.format) {
-    if (Status status = check_mode_for_domain(options.region_path, domain, options.tunables.mode,
-                                              options.allow_volatile_writeback);
-        !status.ok()) {
-      return status;
-    }
+
+  // Ordering: everything that can refuse the region is decided before the first store to it (the
+  // copy-method calibration writes to the region's scratch area): a region holding something
+  // else, or a cache this open may not attach, is left exactly as it was.
+  auto verdict = examine_region(options, *region.value(), *backing.value());
+  if (!verdict.ok()) return verdict.status();
+  const bool recorded =
+      verdict->superblock && (verdict->superblock->flags & Superblock::kAllowVolatileWriteback) != 0;
+  if (Status status = check_mode_for_domain(options.region_path, domain, options.tunables.mode,
+                                            options.allow_volatile_writeback || recorded);
+      !status.ok()) {
+    return status;
   }
 
   pmem::CopyPolicySettings policy_settings = options.copy_policy;
@@ -306,14 +309,11 @@ Result<std::unique_ptr<Engine>> Engine::open(const CacheOptions& options) {
   if (!policy.ok()) return policy.status();
 
   pmem::PmemWriter writer(*region.value(), *policy.value(), options.persist_observer);
-  auto superblock = load_or_format(options, *region.value(), *backing.value(), writer);
+  Result<Superblock> superblock = verdict->superblock
+                                      ? Result<Superblock>(*verdict->superblock)
+                                      : format_region(options, *region.value(), *backing.value(), writer);
   if (!superblock.ok()) return superblock.status();
-  const bool recorded = (superblock->flags & Superblock::kAllowVolatileWriteback) != 0;
-  if (Status status = check_mode_for_domain(options.region_path, domain, options.tunables.mode,
-                                            options.allow_volatile_writeback || recorded);
-      !status.ok()) {
-    return status;
-  }
+  if (verdict->repair_copy >= 0) write_superblock_copy(writer, superblock.value(), verdict->repair_copy);
   if (options.allow_volatile_writeback && !recorded) {
     superblock->flags |= Superblock::kAllowVolatileWriteback;
     write_superblock_copy(writer, superblock.value(), 0);

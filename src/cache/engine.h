@@ -5,6 +5,7 @@
 #include <array>
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <vector>
 
@@ -122,8 +123,14 @@ class Engine final : public Cache {
   Engine(const CacheOptions& options, std::unique_ptr<pmem::Region> region,
          std::unique_ptr<backing::BackingDevice> backing, std::unique_ptr<pmem::CopyPolicy> policy,
          const format::Superblock& superblock);
-  static Result<format::Superblock> load_or_format(const CacheOptions& options, const pmem::Region& region,
-                                                   const backing::BackingDevice& backing, pmem::PmemWriter& writer);
+  // What the region holds, decided by reading only: the superblock to attach (and a copy of it to
+  // rewrite, if one is damaged or stale), or no superblock when it is to be formatted.
+  struct RegionVerdict {
+    std::optional<format::Superblock> superblock;
+    int repair_copy = -1;
+  };
+  static Result<RegionVerdict> examine_region(const CacheOptions& options, const pmem::Region& region,
+                                              const backing::BackingDevice& backing);
   Status recover();
   void stop_background();
 

@@ -152,8 +152,8 @@ void ExtentIndex::mark(uint64_t sector, uint32_t sectors, uint64_t seq, uint32_t
   });
 }
 
-void ExtentIndex::lookup(uint64_t sector, uint32_t sectors, const StripeVisitor& visitor) const {
-  std::vector<Piece> pieces;
+void ExtentIndex::lookup(uint64_t sector, uint32_t sectors, StripeVisitor visitor) const {
+  absl::InlinedVector<Piece, 8> pieces;
   for_each_stripe(sector, sectors, [&](uint64_t begin, uint64_t end) {
     const Shard& shard = shards_[shard_of(begin)];
     std::shared_lock lock(shard.mutex);
@@ -170,7 +170,7 @@ void ExtentIndex::lookup(uint64_t sector, uint32_t sectors, const StripeVisitor&
       cursor = stop;
     }
     if (cursor < end) pieces.push_back({cursor, static_cast<uint32_t>(end - cursor), false, {}});
-    visitor(pieces, shard.change_count);
+    visitor(std::span<const Piece>(pieces.data(), pieces.size()), shard.change_count);
   });
 }
 
@@ -227,7 +227,7 @@ ExtentIndex::RangeState ExtentIndex::probe(uint64_t sector, uint32_t sectors, ui
 
 std::vector<Piece> ExtentIndex::live_pieces(uint64_t sector, uint32_t sectors, uint64_t seq) const {
   std::vector<Piece> live;
-  lookup(sector, sectors, [&](const std::vector<Piece>& pieces, uint64_t) {
+  lookup(sector, sectors, [&](std::span<const Piece> pieces, uint64_t) {
     for (const Piece& piece : pieces) {
       if (piece.cached && piece.extent.seq == seq) live.push_back(piece);
     }

@@ -9,12 +9,14 @@
 #pragma once
 
 #include <absl/container/btree_map.h>
+#include <absl/functional/function_ref.h>
 
 #include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <shared_mutex>
+#include <span>
 #include <vector>
 
 #include "cache/segment_activity.h"
@@ -80,8 +82,9 @@ class ExtentIndex {
   // Visits the range stripe by stripe, in order, under each stripe's shard lock held shared:
   // the visitor may copy the cached data while no one can evict it. The visitor also gets the
   // shard's change count, for insert_fill.
-  using StripeVisitor = std::function<void(const std::vector<Piece>& pieces, uint64_t change_count)>;
-  void lookup(uint64_t sector, uint32_t sectors, const StripeVisitor& visitor) const;
+  // (A function reference and pieces gathered on the stack: a read hit allocates nothing.)
+  using StripeVisitor = absl::FunctionRef<void(std::span<const Piece> pieces, uint64_t change_count)>;
+  void lookup(uint64_t sector, uint32_t sectors, StripeVisitor visitor) const;
 
   // Inserts clean data read from the backing device, only if the stripe's shard has not changed
   // since change_count was taken (so a fill never hides a write, discard or eviction that raced

@@ -389,7 +389,7 @@ void EngineQueue::read(const Request& request, RequestCompletion* completion, co
   const bool verify_crc = tunables_.get().data_crc;
   bool media_error = false;
   bool any_hit = false;
-  engine_.index_.lookup(request.sector, request.sectors, [&](const std::vector<Piece>& pieces, uint64_t change_count) {
+  engine_.index_.lookup(request.sector, request.sectors, [&](std::span<const Piece> pieces, uint64_t change_count) {
     for (const Piece& piece : pieces) {
       std::byte* destination = request.buffer + (piece.sector - request.sector) * kSectorSize;
       const uint64_t bytes = uint64_t{piece.sectors} * kSectorSize;

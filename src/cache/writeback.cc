@@ -204,7 +204,7 @@ void Writeback::collect(size_t budget, std::vector<Piece>& pieces, std::vector<C
         }
         // The parts of the key no newer key has replaced, copied while the shard lock keeps them
         // from being replaced or evicted under us.
-        engine_.index_.lookup(key.sector, key.sectors, [&](const std::vector<cache::Piece>& found, uint64_t) {
+        engine_.index_.lookup(key.sector, key.sectors, [&](std::span<const cache::Piece> found, uint64_t) {
           for (const cache::Piece& piece : found) {
             if (!fits) continue;
             if (key.kind == format::KeyKind::Discard) {

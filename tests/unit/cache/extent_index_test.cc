@@ -21,7 +21,7 @@ constexpr uint64_t kSectors = 6 * ExtentIndex::kStripeSectors + 77;
 
 void check_against(const ExtentIndex& index, const std::vector<SectorModel>& model, uint64_t from, uint64_t count) {
   uint64_t expected_sector = from;
-  index.lookup(from, static_cast<uint32_t>(count), [&](const std::vector<Piece>& pieces, uint64_t) {
+  index.lookup(from, static_cast<uint32_t>(count), [&](std::span<const Piece> pieces, uint64_t) {
     for (const Piece& piece : pieces) {
       REQUIRE(piece.sector == expected_sector);
       for (uint64_t s = piece.sector; s < piece.sector + piece.sectors; ++s) {
@@ -79,7 +79,7 @@ TEST_CASE("the index matches a per-sector model under random inserts, removes an
       const uint32_t length = static_cast<uint32_t>(std::min<uint64_t>(sectors, stripe_end - sector));
       bool empty = true;
       uint64_t change_count = 0;
-      index.lookup(sector, length, [&](const std::vector<Piece>& pieces, uint64_t count) {
+      index.lookup(sector, length, [&](std::span<const Piece> pieces, uint64_t count) {
         change_count = count;
         for (const Piece& piece : pieces) empty = empty && !piece.cached;
       });
