@@ -2,7 +2,8 @@
 # on a cache much smaller than the workload so that writeback and GC run all along, with daemon
 # restarts in the middle (SIGTERM, then kill -9, alternating; user recovery each time) while fio
 # keeps going. Fails on any verify error, any step that does not finish in time, writeback or GC
-# that never ran, or pcachedd's memory growing once warmed up. Prints pcachedd's RSS over time.
+# that never ran, or pcachedd's memory passing its bound or growing once warmed up. Prints
+# pcachedd's RSS over time.
 #
 # Parameters come from the kernel command line (unknown name=value parameters reach init's
 # environment): pcached_soak_seconds (default 150: the short version of the test suite),
@@ -21,6 +22,9 @@ soak_report() {
   for log in /tmp/writer.log /tmp/reader.log; do
     # (fio's terse result lines left out: the errors are what matters)
     [ "$status" -ne 0 ] && [ -s "$log" ] && { echo "---- $log"; grep -v '^3;fio' "$log" | tail -30; }
+  done
+  for log in /tmp/pcachedd.*.log; do  # the daemons stopped by the restarts
+    [ "$status" -ne 0 ] && [ -s "$log" ] && { echo "---- $log"; cat "$log"; }
   done
   show_daemon_log
 }
@@ -139,6 +143,10 @@ while [ "$restart" -lt "$RESTARTS" ]; do
   echo "soak: restart $restart: pcachedd $DAEMON_PID recovered /dev/ublkb0 in $(($(now) - began)) s"
 done
 
+# The last passes end on their own; a failed one ends the soak at once.
+for pid in "$WRITER_PID" "$READER_PID"; do
+  until wait_exit "$pid" 1; do [ ! -e /tmp/soak.failed ] || fail "a fio pass failed"; done
+done
 wait "$WRITER_PID" || fail "writer"
 wait "$READER_PID" || fail "reader"
 sample main
