@@ -91,6 +91,19 @@ uint64_t key_set_offset(const format::Superblock& sb, const format::ControlArea&
   return 0;
 }
 
+// The key of the first write of make_dirty_cache(), as journaled.
+format::Key first_key(const CacheFiles& files) {
+  const format::Superblock sb = superblock_of(files.region.path());
+  const format::ControlArea control = control_of(files.region.path(), sb.salt()).control;
+  const auto record = read_at(files.region.path(), key_set_offset(sb, control, 0), 64);
+  std::vector<format::Key> keys;
+  for (const format::JournalHead& head : control.journals) {
+    if (head.in_use()) REQUIRE(format::decode_key_set(record, head.generation, sb.salt(), keys).ok());
+  }
+  REQUIRE(keys.size() == 1);
+  return keys[0];
+}
+
 }  // namespace
 
 TEST_CASE("a damaged superblock copy is repaired from the other", "[cache][corruption]") {
@@ -251,15 +264,8 @@ TEST_CASE("a damaged header of a segment holding dirty data is refused", "[cache
   CacheFiles files(kRegionBytes, kBackingBytes);
   make_dirty_cache(files);
   const format::Superblock sb = superblock_of(files.region.path());
-  // The first data segment allocated: find it through the first key.
-  const format::ControlArea control = control_of(files.region.path(), sb.salt()).control;
-  const auto record = read_at(files.region.path(), key_set_offset(sb, control, 0), 64);
-  std::vector<format::Key> keys;
-  for (const format::JournalHead& head : control.journals) {
-    if (head.in_use()) REQUIRE(format::decode_key_set(record, head.generation, sb.salt(), keys).ok());
-  }
-  REQUIRE(keys.size() == 1);
-  flip_byte(files.region.path(), sb.segment_offset(keys[0].segment) + 12);
+  // The first data segment allocated: the one the first key names.
+  flip_byte(files.region.path(), sb.segment_offset(first_key(files).segment) + 12);
   auto cache = try_open(files.options());
   REQUIRE_FALSE(cache.ok());
   CHECK(cache.status().message().find("whose header is damaged") != std::string::npos);
@@ -279,16 +285,9 @@ cache::CacheOptions with_bad_block(const CacheFiles& files, uint64_t offset, uin
 
 // Where the data of the first write of make_dirty_cache() (sectors 0..7) lies in the region.
 uint64_t first_write_location(const CacheFiles& files) {
-  const format::Superblock sb = superblock_of(files.region.path());
-  const format::ControlArea control = control_of(files.region.path(), sb.salt()).control;
-  const auto record = read_at(files.region.path(), key_set_offset(sb, control, 0), 64);
-  std::vector<format::Key> keys;
-  for (const format::JournalHead& head : control.journals) {
-    if (head.in_use()) REQUIRE(format::decode_key_set(record, head.generation, sb.salt(), keys).ok());
-  }
-  REQUIRE(keys.size() == 1);
-  REQUIRE(keys[0].sector == 0);
-  return sb.segment_offset(keys[0].segment) + uint64_t{keys[0].offset_sectors} * kSector;
+  const format::Key key = first_key(files);
+  REQUIRE(key.sector == 0);
+  return superblock_of(files.region.path()).segment_offset(key.segment) + uint64_t{key.offset_sectors} * kSector;
 }
 
 }  // namespace

@@ -184,19 +184,21 @@ bool verify_recovery(const RecoveredCopy& copy, const std::string& policy, Crash
   return ok;
 }
 
+// The recovered copy's region, mapped for a persistence simulator to watch.
+std::unique_ptr<pmem::Region> open_view(const RecoveredCopy& copy) {
+  ForcedGranularity cache_line("CACHE_LINE");
+  pmem::RegionOptions region_options;
+  region_options.path = copy.files.region.path();
+  region_options.min_size = 0;
+  return std::move(pmem::Region::open(region_options).value());
+}
+
 // A second power cut while the recovered cache attaches, replays, writes back and fills the
 // checking reads into pmem; then recovery again, and the same check.
 bool verify_recovery_cut_again(const RecoveredCopy& copy, const std::string& policy, CrashModel& model,
                                std::span<const OpRecord> in_flight, uint64_t newest_issued, const pmem::PersistenceSimulator::PowerCut& cut,
                                uint64_t at, CrashTotals& totals, const std::string& where) {
-  std::unique_ptr<pmem::Region> view;
-  {
-    ForcedGranularity cache_line("CACHE_LINE");
-    pmem::RegionOptions region_options;
-    region_options.path = copy.files.region.path();
-    region_options.min_size = 0;
-    view = std::move(pmem::Region::open(region_options).value());
-  }
+  const std::unique_ptr<pmem::Region> view = open_view(copy);
   pmem::PersistenceSimulator simulator(*view);
   std::mutex mutex;
   std::optional<std::pair<std::vector<std::byte>, std::vector<std::byte>>> second;
@@ -399,14 +401,7 @@ TEST_CASE("a control slot torn by a power cut is rewritten before the next updat
   uint64_t at = 1;
   for (;; ++at) {
     const RecoveredCopy copy(image, backing);
-    std::unique_ptr<pmem::Region> view;
-    {
-      ForcedGranularity cache_line("CACHE_LINE");
-      pmem::RegionOptions region_options;
-      region_options.path = copy.files.region.path();
-      region_options.min_size = 0;
-      view = std::move(pmem::Region::open(region_options).value());
-    }
+    const std::unique_ptr<pmem::Region> view = open_view(copy);
     pmem::PersistenceSimulator simulator(*view);
     pmem::PersistenceSimulator::PowerCut cut;
     cut.keep_unpersisted = 1.0;
