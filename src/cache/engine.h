@@ -102,6 +102,7 @@ class Engine final : public Cache {
   ExtentIndex index_;
   // Discards journaled but not yet passed down by writeback, tagged with their sequence numbers:
   // a write sent straight to the device under one could be erased when the discard follows.
+  // Each has its tombstone in the index until then.
   SectorRanges pending_discards_;
   std::array<JournalState, format::kMaxJournals> journals_;
   std::atomic<uint64_t> next_seq_{1};

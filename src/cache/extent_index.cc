@@ -17,7 +17,12 @@ uint64_t end_of(const std::pair<const uint64_t, Extent>& entry) { return entry.f
 
 // Where the data of `sector` lies, inside an extent that starts at `start`.
 uint64_t location_at(const Extent& extent, uint64_t start, uint64_t sector) {
-  return (extent.flags & Extent::kZero) ? 0 : extent.location + (sector - start) * kSectorSize;
+  return extent.has_data() ? extent.location + (sector - start) * kSectorSize : 0;
+}
+
+// An extent's location: none for zeros and tombstones.
+uint64_t located(uint64_t location, uint32_t flags) {
+  return (flags & (Extent::kZero | Extent::kDiscarded)) ? 0 : location;
 }
 
 template <typename Map>
@@ -61,8 +66,7 @@ void ExtentIndex::erase_range(Shard& shard, uint64_t begin, uint64_t end, uint64
     it = map.erase(it);
     shard.extents.fetch_sub(1, std::memory_order_relaxed);
     const uint64_t removed = std::min(stop, end) - std::max(start, begin);
-    shard.sectors.fetch_sub(removed, std::memory_order_relaxed);
-    account(extent, -static_cast<int64_t>(removed));
+    account(shard, extent, -static_cast<int64_t>(removed));
     if (start < begin) {
       Extent left = extent;
       left.sectors = static_cast<uint32_t>(begin - start);
@@ -86,16 +90,15 @@ void ExtentIndex::insert_in_stripe(Shard& shard, uint64_t begin, uint64_t end, u
   // The common cases with one descent of the tree: nothing cached there yet, or an extent of
   // exactly this range (a block written again) that the new data replaces in place.
   if (auto it = first_overlapping(shard.map, begin); it == shard.map.end() || it->first >= end) {
-    Extent extent{static_cast<uint32_t>(end - begin), flags, (flags & Extent::kZero) ? 0 : location, seq};
+    const Extent extent{static_cast<uint32_t>(end - begin), flags, located(location, flags), seq};
     shard.map.emplace_hint(it, begin, extent);
     shard.extents.fetch_add(1, std::memory_order_relaxed);
-    shard.sectors.fetch_add(end - begin, std::memory_order_relaxed);
-    account(extent, static_cast<int64_t>(end - begin));
+    account(shard, extent, static_cast<int64_t>(end - begin));
     return;
   } else if (it->first == begin && end_of(*it) == end && it->second.seq <= seq) {
-    account(it->second, -static_cast<int64_t>(end - begin));
-    it->second = Extent{static_cast<uint32_t>(end - begin), flags, (flags & Extent::kZero) ? 0 : location, seq};
-    account(it->second, static_cast<int64_t>(end - begin));
+    account(shard, it->second, -static_cast<int64_t>(end - begin));
+    it->second = Extent{static_cast<uint32_t>(end - begin), flags, located(location, flags), seq};
+    account(shard, it->second, static_cast<int64_t>(end - begin));
     return;
   }
   thread_local std::vector<std::pair<uint64_t, uint64_t>> kept;
@@ -106,12 +109,11 @@ void ExtentIndex::insert_in_stripe(Shard& shard, uint64_t begin, uint64_t end, u
     Extent extent;
     extent.sectors = static_cast<uint32_t>(to - from);
     extent.flags = flags;
-    extent.location = (flags & Extent::kZero) ? 0 : location + (from - begin) * kSectorSize;
+    extent.location = located(location + (from - begin) * kSectorSize, flags);
     extent.seq = seq;
     shard.map.emplace(from, extent);
     shard.extents.fetch_add(1, std::memory_order_relaxed);
-    shard.sectors.fetch_add(to - from, std::memory_order_relaxed);
-    account(extent, static_cast<int64_t>(to - from));
+    account(shard, extent, static_cast<int64_t>(to - from));
   };
   for (const auto& [kept_begin, kept_end] : kept) {
     if (cursor < kept_begin) add(cursor, kept_begin);
@@ -142,6 +144,26 @@ void ExtentIndex::remove(uint64_t sector, uint32_t sectors, uint64_t seq) {
   });
 }
 
+void ExtentIndex::discard(uint64_t sector, uint32_t sectors, uint64_t seq) {
+  insert(sector, sectors, 0, seq, Extent::kDiscarded);
+}
+
+void ExtentIndex::drop_tombstones(uint64_t sector, uint32_t sectors, uint64_t seq) {
+  for_each_stripe(sector, sectors, [&](uint64_t begin, uint64_t end) {
+    Shard& shard = shards_[shard_of(begin)];
+    std::unique_lock lock(shard.mutex);
+    for (auto it = first_overlapping(shard.map, begin); it != shard.map.end() && it->first < end;) {
+      if ((it->second.flags & Extent::kDiscarded) && it->second.seq < seq) {
+        it = shard.map.erase(it);
+        shard.extents.fetch_sub(1, std::memory_order_relaxed);
+      } else {
+        ++it;
+      }
+    }
+    // Not a change for fills: a fill over the range finds what it would have found.
+  });
+}
+
 void ExtentIndex::mark(uint64_t sector, uint32_t sectors, uint64_t seq, uint32_t flag) {
   for_each_stripe(sector, sectors, [&](uint64_t begin, uint64_t end) {
     Shard& shard = shards_[shard_of(begin)];
@@ -160,6 +182,7 @@ void ExtentIndex::lookup(uint64_t sector, uint32_t sectors, StripeVisitor visito
     pieces.clear();
     uint64_t cursor = begin;
     for (auto it = first_overlapping(shard.map, begin); it != shard.map.end() && it->first < end; ++it) {
+      if (!it->second.counts_as_cached()) continue;  // a tombstone reads as a gap
       const uint64_t start = std::max(it->first, begin);
       const uint64_t stop = std::min(end_of(*it), end);
       if (cursor < start) pieces.push_back({cursor, static_cast<uint32_t>(start - cursor), false, {}});
@@ -192,10 +215,9 @@ uint64_t ExtentIndex::evict_if(const std::function<bool(uint64_t location)>& in_
     bool changed = false;
     for (auto it = shard.map.begin(); it != shard.map.end();) {
       const Extent& extent = it->second;
-      if (!(extent.flags & Extent::kZero) && in_reclaimed(extent.location)) {
+      if (extent.has_data() && in_reclaimed(extent.location)) {
         evicted += extent.sectors;
-        shard.sectors.fetch_sub(extent.sectors, std::memory_order_relaxed);
-        account(extent, -static_cast<int64_t>(extent.sectors));
+        account(shard, extent, -static_cast<int64_t>(extent.sectors));
         shard.extents.fetch_sub(1, std::memory_order_relaxed);
         it = shard.map.erase(it);
         changed = true;
@@ -215,7 +237,9 @@ ExtentIndex::RangeState ExtentIndex::probe(uint64_t sector, uint32_t sectors, ui
     const Shard& shard = shards_[shard_of(begin)];
     std::shared_lock lock(shard.mutex);
     for (auto it = first_overlapping(shard.map, begin); it != shard.map.end() && it->first < end; ++it) {
-      state.cached = true;
+      // A tombstone is not cached data, but one at or above dirty_from is a discard not yet
+      // passed down: dirty, for whoever would write to the device under it.
+      if (it->second.counts_as_cached()) state.cached = true;
       if (it->second.seq >= dirty_from) {
         state.dirty = true;
         return;
@@ -258,7 +282,7 @@ uint64_t ExtentIndex::sectors_at_or_above(uint64_t seq) const {
   for (const Shard& shard : shards_) {
     std::shared_lock lock(shard.mutex);
     for (const auto& [start, extent] : shard.map) {
-      if (extent.seq >= seq) total += extent.sectors;
+      if (extent.seq >= seq && extent.counts_as_cached()) total += extent.sectors;
     }
   }
   return total;

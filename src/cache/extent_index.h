@@ -29,6 +29,15 @@ struct Extent {
   // Dirty data writeback could not read (media error): the backing device holds older data, so
   // reads must fail rather than fall back to it.
   static constexpr uint32_t kLost = 1u << 2;
+  // A discard's tombstone: no data, read as a gap. It keeps a write numbered before the discard
+  // but applied to the index after it (another queue) from showing, as replay in sequence order
+  // would not show it either. Dropped once writeback has passed the discard.
+  static constexpr uint32_t kDiscarded = 1u << 3;
+
+  // Whether the extent's sectors are in the region (not zeros, not a tombstone).
+  bool has_data() const { return !(flags & (kZero | kDiscarded)); }
+  // Whether the extent counts as cached content (zeros do; a tombstone does not).
+  bool counts_as_cached() const { return !(flags & kDiscarded); }
 
   uint32_t sectors = 0;
   uint32_t flags = 0;
@@ -74,8 +83,12 @@ class ExtentIndex {
 
   // Maps [sector, sector+sectors) to data at location (or zeros), wherever no newer extent is.
   void insert(uint64_t sector, uint32_t sectors, uint64_t location, uint64_t seq, uint32_t flags);
-  // Drops cached data older than seq in the range (discard).
+  // Drops cached data older than seq in the range.
   void remove(uint64_t sector, uint32_t sectors, uint64_t seq);
+  // A discard numbered seq: drops older data and leaves a tombstone where nothing newer is.
+  void discard(uint64_t sector, uint32_t sectors, uint64_t seq);
+  // Removes the tombstones of the range older than seq (writeback has passed their discards).
+  void drop_tombstones(uint64_t sector, uint32_t sectors, uint64_t seq);
   // Sets flag on the extents of the range that the key with sequence number seq wrote.
   void mark(uint64_t sector, uint32_t sectors, uint64_t seq, uint32_t flag);
 
@@ -137,8 +150,11 @@ class ExtentIndex {
   void remove_in_stripe(Shard& shard, uint64_t begin, uint64_t end, uint64_t seq);
   void erase_range(Shard& shard, uint64_t begin, uint64_t end, uint64_t newer_than_seq,
                    std::vector<std::pair<uint64_t, uint64_t>>* kept);
-  void account(const Extent& extent, int64_t sectors) {
-    if (activity_ != nullptr && !(extent.flags & Extent::kZero)) activity_->add_live(extent.location, sectors);
+  // Keeps the shard's cached-sector count and the segments' live data in step with a change of
+  // `sectors` (negative: removed) of extent.
+  void account(Shard& shard, const Extent& extent, int64_t sectors) {
+    if (extent.counts_as_cached()) shard.sectors.fetch_add(static_cast<uint64_t>(sectors), std::memory_order_relaxed);
+    if (activity_ != nullptr && extent.has_data()) activity_->add_live(extent.location, sectors);
   }
 
   std::array<Shard, kShards> shards_;

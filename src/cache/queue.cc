@@ -263,7 +263,7 @@ void EngineQueue::commit(std::vector<format::Key>& keys) {
   writer_.drain();
   for (const format::Key& key : keys) {
     if (key.kind == format::KeyKind::Discard) {
-      engine_.index_.remove(key.sector, key.sectors, key.seq);
+      engine_.index_.discard(key.sector, key.sectors, key.seq);
       // Before publication, so writeback cannot pass it down (and retire it) before it is here.
       engine_.pending_discards_.add(key.sector, key.sectors, key.seq);
     } else if (key.kind == format::KeyKind::Checksum) {

@@ -128,8 +128,12 @@ Status Engine::recover() {
                                         std::to_string(device_sectors) + " sectors); refusing to serve possibly wrong data");
     }
     if (key.kind == format::KeyKind::Discard) {
-      index_.remove(key.sector, key.sectors, key.seq);
-      if (key.seq >= clean_horizon_) pending_discards_.add(key.sector, key.sectors, key.seq);
+      if (key.seq >= clean_horizon_) {
+        index_.discard(key.sector, key.sectors, key.seq);
+        pending_discards_.add(key.sector, key.sectors, key.seq);
+      } else {
+        index_.remove(key.sector, key.sectors, key.seq);
+      }
       continue;
     }
     if (key.kind == format::KeyKind::Zero) {

@@ -23,10 +23,14 @@ bool SectorRanges::overlaps(uint64_t sector, uint64_t sectors) const {
   return false;
 }
 
-void SectorRanges::remove_below(uint64_t tag) {
+void SectorRanges::remove_below(uint64_t tag, const std::function<void(uint64_t sector, uint64_t sectors)>& removed) {
   if (empty()) return;
   std::lock_guard lock(mutex_);
-  std::erase_if(ranges_, [tag](const auto& entry) { return entry.second.tag < tag; });
+  std::erase_if(ranges_, [&](const auto& entry) {
+    if (entry.second.tag >= tag) return false;
+    if (removed) removed(entry.first, entry.second.end - entry.first);
+    return true;
+  });
   if (ranges_.empty()) longest_ = 0;
   publish_count();
 }

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 
@@ -16,8 +17,8 @@ class SectorRanges {
   void add(uint64_t sector, uint64_t sectors, uint64_t tag = 0);
   // Whether a range touches [sector, sector+sectors).
   bool overlaps(uint64_t sector, uint64_t sectors) const;
-  // Drops the ranges whose tag is below `tag`.
-  void remove_below(uint64_t tag);
+  // Drops the ranges whose tag is below `tag`, telling `removed` (if given) about each.
+  void remove_below(uint64_t tag, const std::function<void(uint64_t sector, uint64_t sectors)>& removed = {});
   void clear();
   bool empty() const { return count_.load(std::memory_order_acquire) == 0; }
 

@@ -369,7 +369,10 @@ void Writeback::advance_horizon() {
     control.next_seq = std::max({control.next_seq, next, horizon});
   });
   engine_.clean_horizon_.store(horizon, std::memory_order_release);
-  engine_.pending_discards_.remove_below(horizon);
+  // Their tombstones go too: every key numbered before them is in the index by now.
+  engine_.pending_discards_.remove_below(horizon, [&](uint64_t sector, uint64_t sectors) {
+    engine_.index_.drop_tombstones(sector, static_cast<uint32_t>(sectors), horizon);
+  });
 }
 
 void Writeback::reclaim_journals() {

@@ -166,3 +166,49 @@ TEST_CASE("live sectors per segment follow inserts, overwrites, discards and evi
   }
   for (uint32_t segment = 0; segment < 8; ++segment) CHECK(activity.live_sectors(segment) == expected[segment]);
 }
+
+TEST_CASE("a discard's tombstone hides a write numbered before it but applied after it", "[cache][index][discard]") {
+  // Queue B numbers a write (seq 9), queue A numbers and applies a discard (seq 10), then B applies
+  // its write. Replay in sequence order leaves the range discarded; so must the running index.
+  ExtentIndex index;
+  index.insert(0, 8, 4096, 5, 0);
+  index.discard(0, 8, 10);
+  index.insert(0, 8, 8192, 9, 0);
+  auto pieces_of = [&](uint64_t sector, uint32_t sectors) {
+    std::vector<Piece> found;
+    uint64_t change_count = 0;
+    index.lookup(sector, sectors, [&](std::span<const Piece> pieces, uint64_t count) {
+      found.assign(pieces.begin(), pieces.end());
+      change_count = count;
+    });
+    return std::make_pair(found, change_count);
+  };
+  auto [pieces, change_count] = pieces_of(0, 8);
+  REQUIRE(pieces.size() == 1);
+  CHECK_FALSE(pieces[0].cached);  // a gap: read from the backing device
+  CHECK(index.cached_sectors() == 0);
+  CHECK(index.sectors_at_or_above(0) == 0);
+  // Not cached, but dirty for anyone who would write to the device under the pending discard.
+  CHECK(index.probe(0, 8, 10).dirty);
+  CHECK_FALSE(index.probe(0, 8, 10).cached);
+  CHECK_FALSE(index.probe(0, 8, 11).dirty);
+
+  // A fill of the gap does not cover the tombstone; a newer write does.
+  CHECK(index.insert_fill(0, 8, 12288, change_count));
+  CHECK_FALSE(pieces_of(0, 8).first[0].cached);
+  index.insert(4, 4, 16384, 11, 0);
+  std::tie(pieces, change_count) = pieces_of(0, 8);
+  REQUIRE(pieces.size() == 2);
+  CHECK_FALSE(pieces[0].cached);
+  CHECK((pieces[1].cached && pieces[1].extent.seq == 11 && pieces[1].sector == 4));
+  CHECK(index.cached_sectors() == 4);
+
+  // Once writeback has passed the discard, the tombstone goes and the gap can be filled.
+  index.drop_tombstones(0, 8, 11);
+  std::tie(pieces, change_count) = pieces_of(0, 4);
+  CHECK(index.insert_fill(0, 4, 12288, change_count));
+  std::tie(pieces, change_count) = pieces_of(0, 8);
+  REQUIRE(pieces.size() == 2);
+  CHECK((pieces[0].cached && (pieces[0].extent.flags & Extent::kFill)));
+  CHECK(index.cached_sectors() == 8);
+}
