@@ -43,7 +43,7 @@ dev=$(pcached add --cache /dev/dax0.0 --backing /dev/vda --format --name soak --
   --set writeback_rate=2M)
 test "$dev" = /dev/ublkb0
 pcached status soak | grep -q "queues      2 x depth"
-DEPTH=$(pcached --json status soak | awk -F'[:,]' '/"depth"/ {print $2 + 0}')
+DEPTH=$(pcached --json status soak | awk -F'[:,]' '/"depth"/ {print $2 + 0; exit}')  # (the frontend object repeats it)
 CAPACITY=$(pcached --json status soak | awk -F'[:,]' '/"capacity_bytes"/ {print $2 + 0}')
 IDLE_RSS=$(awk '/^VmRSS:/ {print $2}' "/proc/$DAEMON_PID/status")
 echo "soak: $SOAK_SECONDS s, $RESTARTS restarts; cache $((CAPACITY >> 20)) MiB, 2 queues x depth $DEPTH;" \
