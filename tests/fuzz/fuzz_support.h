@@ -96,3 +96,14 @@ class SeedDirectory {
   } while (0)
 
 }  // namespace pcached::fuzz
+
+// Defines LLVMFuzzerInitialize for a target whose only set-up is its seed writer: with
+// PCACHED_FUZZ_WRITE_SEEDS set, write_seeds(root) writes the seeds and the process exits.
+#define PCACHED_FUZZ_SEEDS_FROM(write_seeds)                \
+  extern "C" int LLVMFuzzerInitialize(int*, char***) {     \
+    if (const char* root = ::pcached::fuzz::seed_request()) { \
+      write_seeds(root);                                    \
+      std::exit(0);                                         \
+    }                                                       \
+    return 0;                                               \
+  }

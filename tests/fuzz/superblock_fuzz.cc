@@ -63,13 +63,7 @@ void write_seeds(const char* root) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  if (const char* root = fuzz::seed_request()) {
-    write_seeds(root);
-    std::exit(0);
-  }
-  return 0;
-}
+PCACHED_FUZZ_SEEDS_FROM(write_seeds)
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::InputReader input(data, size);
