@@ -25,6 +25,11 @@ for run in ("running", "held_back"):
     assert 0 < interference[run]["p50_us"] <= interference[run]["p99_us"] <= interference[run]["p999_us"], interference
 table = subprocess.run([bench, "--quick", "--region-size", "128M"], check=True, capture_output=True, text=True).stdout
 assert doc["batched_writes"]["iops"] > 0 and doc["ratios"]["write_4k_random_batched_vs_nt_copy"] > 0, doc["ratios"]
-assert "4 KiB random write into free cache space, 1 queue:" in table and "index DRAM per extent" in table, table
+ratios = doc["ratios"]
+assert ratios["write_4k_random_vs_nt_copy"] > 0 and ratios["write_4k_random_writeback_running_vs_nt_copy"] > 0, ratios
+goal = doc["write_goal"]
+assert goal["rounds"] >= 1 and goal["nt_copy_4k_mib_per_s"] > 0 and goal["held_back_iops"] > 0, goal
+assert "4 KiB random write into free cache space, 1 queue, median of" in table, table
+assert "writeback held back (the write path per core)" in table and "index DRAM per extent" in table, table
 assert "hit ratio FIFO" in table and "writeback running" in table, table
 print("engine benchmark: table and JSON well formed")
