@@ -1,12 +1,28 @@
 #!/usr/bin/env bash
 # Runs every test of pcached: installs what is missing, builds, runs the suite in the normal
-# Runs every test of pcached: installs what is missing, builds, runs the suite in the normal
 # build, the in-process tests again with ASan+UBSan and with ThreadSanitizer, then the fuzz
 # targets briefly (clang). Exits non-zero if anything failed or did not run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh --deps
+
+# Scratch files (emulated pmem regions, backing files) of test or benchmark processes that were
+# killed before they could remove them: a run that timed out must not fill /dev/shm for the next.
+sweep_scratch_files() {
+  local file pid
+  for file in /dev/shm/pcached-test-* /dev/shm/pcached-bench-*; do
+    [[ -e $file ]] || continue
+    if [[ $file == /dev/shm/pcached-test-* ]]; then
+      pid=${file#/dev/shm/pcached-test-}; pid=${pid%%-*}
+    else
+      pid=${file##*-}
+    fi
+    [[ $pid =~ ^[0-9]+$ ]] && ! kill -0 "$pid" 2>/dev/null && rm -f "$file"
+  done
+  return 0
+}
+sweep_scratch_files
 
 run_suite() {
   local dir=$1 suites=$2
