@@ -93,4 +93,9 @@ inline std::vector<std::byte> read_file(const std::string& path) {
   return bytes;
 }
 
+inline void write_file(const std::string& path, const std::vector<std::byte>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
 }  // namespace pcached::testing

@@ -40,11 +40,6 @@ constexpr uint64_t kRegionBytes = format::kDataStart + 12 * MiB;
 constexpr uint64_t kBackingBytes = 24 * MiB;
 constexpr uint64_t kDeviceSectors = kBackingBytes / kSector;
 
-void write_file(const std::string& path, const std::vector<std::byte>& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-}
-
 unsigned crash_points(unsigned usual) { return env_count("PCACHED_CRASH_POINTS", scaled(usual)); }
 uint64_t crash_seed(uint64_t usual) { return usual + env_count("PCACHED_CRASH_SEED", 0) * 1000; }
 

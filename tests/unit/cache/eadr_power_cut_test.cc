@@ -3,7 +3,6 @@
 // Every acknowledged write must still be there after recovery, untorn: the fences alone must be
 // in the right order.
 #include <catch2/catch.hpp>
-#include <fstream>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -20,11 +19,6 @@ namespace {
 constexpr uint64_t kRegionBytes = format::kDataStart + 12 * MiB;
 constexpr uint64_t kBackingBytes = 16 * MiB;
 constexpr uint64_t kSectors = kBackingBytes / kSector;
-
-void write_file(const std::string& path, const std::vector<std::byte>& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-}
 
 cache::CacheOptions eadr_options(const CacheFiles& files, bool format) {
   cache::CacheOptions options = files.options(format);
