@@ -43,7 +43,9 @@ void print_list(const json& result) {
 }
 
 void print_status(const json& s) {
-  std::printf("%s: %s (%s)\n", text(s, "name").c_str(), text(s, "device").c_str(), text(s, "state").c_str());
+  // "running, flush in progress" while a flush or remove writes back.
+  const std::string state = text(s, "state") + (s.contains("operation") ? ", " + text(s, "operation") + " in progress" : "");
+  std::printf("%s: %s (%s)\n", text(s, "name").c_str(), text(s, "device").c_str(), state.c_str());
   std::printf("  mode        %s\n", text(s, "mode").c_str());
   if (s.contains("persistence_domain")) {
     const bool at_risk = s.contains("volatile_writeback") && s["volatile_writeback"].get<bool>();

@@ -52,9 +52,49 @@ void ControlServer::serve() {
       if (errno == EINTR) continue;
       return;
     }
-    if (fds[1].revents) return;
+    if (fds[1].revents) break;
     UniqueFd client(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (client.valid()) serve_one(client.get());
+    reap(false);
+    if (!client.valid()) continue;
+    if (connections_.size() >= kMaxConnections) {
+      refuse(client.get(), Status::error(EBUSY, "the daemon is serving " + std::to_string(kMaxConnections) +
+                                                    " control connections already; try again"));
+      continue;
+    }
+    Connection& connection = connections_.emplace_back();
+    connection.client = std::move(client);
+    connection.thread = std::thread([this, &connection] {
+      serve_one(connection.client.get());
+      connection.client.reset();  // the client sees the end of the response now, not at the next reap
+      connection.done.store(true, std::memory_order_release);
+    });
+  }
+  reap(true);
+}
+
+void ControlServer::reap(bool all) {
+  for (auto it = connections_.begin(); it != connections_.end();) {
+    if (all || it->done.load(std::memory_order_acquire)) {
+      it->thread.join();
+      it = connections_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void ControlServer::refuse(int client, const Status& status) {
+  // The request is read first (briefly: this holds up the accepting thread): closing a unix
+  // socket with unread data resets the connection, and the client would see that, not the answer.
+  timeval timeout{0, 200'000};
+  setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  char buffer[4096];
+  for (ssize_t n; (n = ::recv(client, buffer, sizeof buffer, 0)) > 0;) {
+    if (std::memchr(buffer, '\n', static_cast<size_t>(n)) != nullptr) break;
+  }
+  const std::string response = control::encode_failure(status);
+  if (::send(client, response.data(), response.size(), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+    spdlog::debug("control socket: a refused client went away first");
   }
 }
 

@@ -108,7 +108,7 @@ cache::Cache::FlushProgress reporter(const nlohmann::json& args, const cache::Ca
 std::string Daemon::handle(const std::string& request_text, const Progress& progress) {
   auto request = control::parse_request(request_text);
   if (!request.ok()) return control::encode_failure(request.status());
-  std::lock_guard lock(mutex_);
+  // Each command takes the mutex itself: a flush or remove lets go of it while it writes back.
   Result<nlohmann::json> result = Status::error(EINVAL, "");
   const std::string& command = request->command;
   if (command == "add") {
@@ -134,6 +134,7 @@ Result<nlohmann::json> Daemon::add(const nlohmann::json& args) {
   if (!region.ok()) return region.status();
   auto backing = control::string_arg(args, "backing", true);
   if (!backing.ok()) return backing.status();
+  std::lock_guard lock(mutex_);
   std::string default_name;
   for (unsigned i = 0;; ++i) {
     default_name = "cache" + std::to_string(i);
@@ -191,12 +192,34 @@ Result<Daemon::Managed*> Daemon::find_running(const std::string& name_or_device)
   return found;
 }
 
+Result<Daemon::Managed*> Daemon::find_idle(const std::string& name_or_device) const {
+  auto found = find(name_or_device);
+  if (found.ok() && !found.value()->busy.empty()) {
+    return Status::error(EBUSY, "cache '" + found.value()->config.name + "' is busy: a " + found.value()->busy +
+                                    " is writing its dirty data back; try again when it is done");
+  }
+  return found;
+}
+
+Status Daemon::write_back(Managed& managed, const std::string& operation, std::unique_lock<std::mutex>& lock,
+                          const nlohmann::json& args, const Progress& progress) {
+  // Marked busy, the entry stays put (remove refuses it) and nobody else writes it back or
+  // changes its settings; status, list, metrics and the other caches are served meanwhile.
+  managed.busy = operation;
+  lock.unlock();
+  Status status = managed.cache->flush_all(reporter(args, *managed.cache, progress));
+  lock.lock();
+  managed.busy.clear();
+  return status;
+}
+
 Result<nlohmann::json> Daemon::remove(const nlohmann::json& args, const Progress& progress) {
   auto target = control::string_arg(args, "name", true);
   if (!target.ok()) return target.status();
   auto no_flush = control::bool_arg(args, "no_flush", false);
   if (!no_flush.ok()) return no_flush.status();
-  auto found = find(target.value());
+  std::unique_lock lock(mutex_);
+  auto found = find_idle(target.value());
   if (!found.ok()) return found.status();
   Managed& managed = *found.value();
   const std::string name = managed.config.name;
@@ -205,7 +228,7 @@ Result<nlohmann::json> Daemon::remove(const nlohmann::json& args, const Progress
     // Written back while the device still runs: if the backing device cannot take the data (it
     // failed or went away), the remove is refused and the device keeps serving from the cache.
     // detach() below writes back what arrives meanwhile.
-    if (Status status = managed.cache->flush_all(reporter(args, *managed.cache, progress)); !status.ok()) {
+    if (Status status = write_back(managed, "remove", lock, args, progress); !status.ok()) {
       return status.with_context("cache " + name + " not removed: its dirty data could not be written back; " +
                                  device + " keeps running (fix the backing device, or remove with --no-flush " +
                                  "to leave the dirty data on pmem)");
@@ -235,6 +258,8 @@ nlohmann::json Daemon::describe(const Managed& managed, bool detailed) const {
                         {"region", managed.config.region},
                         {"backing", managed.config.backing},
                         {"state", managed.device ? "running" : "failed"}};
+  // A flush or remove writing back right now.
+  if (!managed.busy.empty()) doc["operation"] = managed.busy;
   if (!managed.cache) return doc;
   const cache::CacheStats s = managed.cache->stats();
   const cache::Tunables tunables = managed.cache->tunables();
@@ -275,6 +300,7 @@ nlohmann::json Daemon::describe(const Managed& managed, bool detailed) const {
 }
 
 Result<nlohmann::json> Daemon::list() const {
+  std::lock_guard lock(mutex_);
   nlohmann::json caches = nlohmann::json::array();
   for (const auto& [name, managed] : caches_) caches.push_back(describe(*managed, false));
   return nlohmann::json{{"caches", caches}};
@@ -283,6 +309,7 @@ Result<nlohmann::json> Daemon::list() const {
 Result<nlohmann::json> Daemon::status(const nlohmann::json& args) const {
   auto target = control::string_arg(args, "name", true);
   if (!target.ok()) return target.status();
+  std::lock_guard lock(mutex_);
   auto found = find(target.value());
   if (!found.ok()) return found.status();
   return describe(*found.value(), true);
@@ -305,6 +332,8 @@ Result<nlohmann::json> Daemon::set(const nlohmann::json& args) {
   for (const Status* status : {&target.status(), &key.status(), &value.status()}) {
     if (!status->ok()) return *status;
   }
+  std::lock_guard lock(mutex_);
+  if (auto idle = find_idle(target.value()); !idle.ok()) return idle.status();
   auto found = find_running(target.value());
   if (!found.ok()) return found.status();
   Managed& managed = *found.value();
@@ -322,11 +351,13 @@ Result<nlohmann::json> Daemon::set(const nlohmann::json& args) {
 Result<nlohmann::json> Daemon::flush(const nlohmann::json& args, const Progress& progress) {
   auto target = control::string_arg(args, "name", true);
   if (!target.ok()) return target.status();
+  std::unique_lock lock(mutex_);
+  if (auto idle = find_idle(target.value()); !idle.ok()) return idle.status();
   auto found = find_running(target.value());
   if (!found.ok()) return found.status();
   Managed& managed = *found.value();
   const uint64_t before = managed.cache->stats().writeback_bytes;
-  if (Status status = managed.cache->flush_all(reporter(args, *managed.cache, progress)); !status.ok()) return status;
+  if (Status status = write_back(managed, "flush", lock, args, progress); !status.ok()) return status;
   const cache::CacheStats after = managed.cache->stats();
   return nlohmann::json{{"name", managed.config.name}, {"written_back_bytes", after.writeback_bytes - before},
                         {"dirty_bytes", after.dirty_bytes}};
@@ -351,9 +382,11 @@ Result<backing::FaultInjection*> Daemon::backing_faults(const std::string& name_
 }
 
 void Daemon::remove_all() {
-  std::lock_guard lock(mutex_);
   std::vector<std::string> names;
-  for (const auto& [name, managed] : caches_) names.push_back(name);
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [name, managed] : caches_) names.push_back(name);
+  }
   for (const std::string& name : names) {
     auto result = remove(nlohmann::json{{"name", name}});
     if (!result.ok()) spdlog::error("cache {}: {}", name, result.status().message());

@@ -32,8 +32,10 @@ class Daemon {
   static Result<std::unique_ptr<Daemon>> start(const DaemonOptions& options);
   ~Daemon();
 
-  // Handles one control request; never throws. A flush or remove that asks for progress reports
-  // sends them through progress while it writes back.
+  // Handles one control request; never throws; may be called from several threads at once. A
+  // flush or remove that asks for progress reports sends them through progress while it writes
+  // back, without holding up the other commands (a second flush, remove or set of the same cache
+  // is refused meanwhile).
   using Progress = std::function<void(const std::string& line)>;
   std::string handle(const std::string& request_text, const Progress& progress = {});
   // Each cache's statistics, for the metrics endpoint.
@@ -52,6 +54,9 @@ class Daemon {
     CacheConfig config;
     std::unique_ptr<cache::Cache> cache;
     std::unique_ptr<ExportedDevice> device;  // declared after the cache it serves, so it goes first
+    // The write-back ("flush" or "remove") in progress, "" when none. It runs without the
+    // daemon's mutex; while it does, nothing else may change or erase this entry.
+    std::string busy;
   };
 
   explicit Daemon(const DaemonOptions& options) : options_(options) {}
@@ -65,13 +70,19 @@ class Daemon {
   Result<Managed*> find(const std::string& name_or_device) const;
   // As find, and refused unless the cache is open (it may have failed to come back).
   Result<Managed*> find_running(const std::string& name_or_device) const;
+  // As find_running, and refused while the cache is busy with a write-back.
+  Result<Managed*> find_idle(const std::string& name_or_device) const;
+  // Writes back everything dirty with `lock` (on mutex_) released meanwhile and held again on
+  // return, the cache marked busy with `operation` until then.
+  Status write_back(Managed& managed, const std::string& operation, std::unique_lock<std::mutex>& lock,
+                    const nlohmann::json& args, const Progress& progress);
   Status open_cache(Managed& managed, bool format, bool force) const;
   Status save() const;
   nlohmann::json describe(const Managed& managed, bool detailed) const;
 
   DaemonOptions options_;
   std::unique_ptr<Frontend> frontend_;  // declared before the caches: it outlives their devices
-  mutable std::mutex mutex_;
+  mutable std::mutex mutex_;  // guards caches_ and every entry's fields
   std::map<std::string, std::unique_ptr<Managed>> caches_;
 };
 

@@ -1,12 +1,15 @@
 // The control socket end to end, without a kernel: the daemon's server with a scripted handler,
-// and the CLI's client. Progress lines, hostile messages and concurrent clients.
+// and the CLI's client. Progress lines, hostile messages, concurrent and slow clients, the
+// connection limit.
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstring>
+#include <future>
 #include <thread>
 #include <vector>
 
@@ -38,6 +41,16 @@ std::string scripted(const std::string& text, const daemon::ControlServer::Progr
     return control::encode_success({{"dirty_bytes", 0}});
   }
   return control::encode_success(request->args);
+}
+
+// Connects and returns the socket, without sending anything.
+UniqueFd connect_to(const std::string& path) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  REQUIRE(::connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  return fd;
 }
 
 // Sends raw bytes and returns the raw answer.
@@ -125,6 +138,57 @@ TEST_CASE("concurrent clients each get their own answer", "[control][server]") {
   }
   for (auto& client : clients) client.join();
   CHECK(wrong == std::vector<int>(8, 0));
+}
+
+TEST_CASE("a request that takes long does not hold up the others", "[control][server]") {
+  const std::string path = socket_path();
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::promise<void> started;
+  auto server = daemon::ControlServer::listen(path, [&](const std::string& text, const daemon::ControlServer::Progress& progress) {
+    auto request = control::parse_request(text);
+    if (request.ok() && request->command == "slow") {
+      started.set_value();
+      released.wait();  // as a flush writing back for minutes
+    }
+    return scripted(text, progress);
+  });
+  REQUIRE(server.ok());
+  auto slow = std::async(std::launch::async, [&] { return control::call(path, {"slow", {{"n", 1}}}); });
+  started.get_future().wait();
+  // Answered while the slow one still runs (the slow one cannot finish before it is released).
+  auto echoed = control::call(path, {"echo", {{"meanwhile", true}}});
+  REQUIRE(echoed.ok());
+  CHECK(echoed.value() == json{{"meanwhile", true}});
+  CHECK(slow.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
+  release.set_value();
+  auto answer = slow.get();
+  REQUIRE(answer.ok());
+  CHECK(answer.value() == json{{"n", 1}});
+}
+
+TEST_CASE("connections beyond the limit are refused with the reason, and served again once others end",
+          "[control][server][bad-input]") {
+  const std::string path = socket_path();
+  auto server = daemon::ControlServer::listen(path, scripted);
+  REQUIRE(server.ok());
+  // Clients that connect and say nothing: each holds a connection until it hangs up (or 5 s).
+  std::vector<UniqueFd> silent;
+  for (size_t i = 0; i < daemon::ControlServer::kMaxConnections; ++i) silent.push_back(connect_to(path));
+  // Accepted one at a time: the last may still be on its way to its thread; ask until refused.
+  Result<json> refused = json::object();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(4);
+  while (refused.ok() && std::chrono::steady_clock::now() < deadline) refused = control::call(path, {"echo", {}});
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == EBUSY);
+  CHECK(refused.status().message().find("control connections already") != std::string::npos);
+  silent.clear();  // they hang up; their threads answer the empty request and end
+  Result<json> served = Status::error(EBUSY, "");
+  while (!served.ok() && std::chrono::steady_clock::now() < deadline + std::chrono::seconds(4)) {
+    served = control::call(path, {"echo", {{"again", 1}}});
+  }
+  REQUIRE(served.ok());
+  CHECK(served.value() == json{{"again", 1}});
 }
 
 TEST_CASE("a daemon that is not there is reported as unreachable", "[control][server]") {

@@ -5,9 +5,12 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backing/backing_device.h"
@@ -364,6 +367,54 @@ TEST_CASE("flush writes everything back and reports its progress on the way", "[
   reports.clear();
   REQUIRE(d.call("flush", {{"name", "web"}}, [&](const json& report) { reports.push_back(report); }).ok());
   CHECK(reports.empty());
+}
+
+TEST_CASE("a flush does not hold up status, list, metrics or the other caches; the same cache is busy meanwhile",
+          "[daemon][in-process]") {
+  CacheFiles web(kRegionBytes, kBackingBytes), db(kRegionBytes, kBackingBytes);
+  DaemonUnderTest d;
+  d.ok("add", held_dirty(add_args(web, "web")));
+  d.ok("add", held_dirty(add_args(db, "db")));
+  {
+    auto queue = d.queue("web");
+    for (uint64_t i = 0; i < 4; ++i) write_pattern(*queue, 20 + i, i * 2048, 256);
+  }
+  // Every writeback submission to web's backing file waits 3 s: the flush takes at least that.
+  auto faults = d.daemon().backing_faults("web");
+  REQUIRE(faults.ok());
+  faults.value()->writes.delay_us = 3'000'000;
+  std::promise<void> reported;
+  bool first_report = true;
+  auto flushing = std::async(std::launch::async, [&] {
+    return d.call("flush", {{"name", "web"}, {"progress", true}}, [&](const json&) {
+      if (std::exchange(first_report, false)) reported.set_value();
+    });
+  });
+  reported.get_future().wait();  // the flush is writing back
+
+  const json status = d.ok("status", {{"name", "web"}});
+  CHECK(status["operation"] == "flush");
+  CHECK(status["dirty_bytes"].get<uint64_t>() > 0);
+  CHECK(d.ok("list")["caches"].size() == 2);
+  CHECK(d.daemon().samples().size() == 2);
+  CHECK(d.ok("set", {{"name", "db"}, {"key", "gc_threshold"}, {"value", "60"}})["value"] == "60");
+  CHECK(d.ok("flush", {{"name", "db"}})["dirty_bytes"] == 0);
+  for (const char* command : {"flush", "remove", "set"}) {
+    INFO(command);
+    const auto refused = d.call(command, {{"name", "web"}, {"key", "gc_threshold"}, {"value", "50"}});
+    CHECK(error_of(refused) == EBUSY);
+    CHECK_THAT(message_of(refused), Catch::Contains("cache 'web' is busy: a flush is writing its dirty data back"));
+  }
+  // All of that was answered while the flush was still waiting for the slow device.
+  CHECK(flushing.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
+
+  faults.value()->writes.delay_us = 0;
+  const auto flushed = flushing.get();
+  REQUIRE(flushed.ok());
+  CHECK(flushed.value()["dirty_bytes"] == 0);
+  for (uint64_t i = 0; i < 4; ++i) CHECK(backing_holds(web, 20 + i, i * 2048, 256));
+  CHECK_FALSE(d.ok("status", {{"name", "web"}}).contains("operation"));
+  CHECK(d.ok("remove", {{"name", "web"}})["written_back"] == true);
 }
 
 TEST_CASE("remove writes back first unless told not to, and waits until the device is unused", "[daemon][in-process]") {
