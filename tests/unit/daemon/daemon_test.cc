@@ -157,6 +157,20 @@ json held_dirty(json args) {
   return args;
 }
 
+// Writes `writes` runs of 128 KiB (patterns first_id, first_id + 1, ... 1 MiB apart) into a cache
+// and makes its backing device hold up every writeback submission for delay_us.
+Result<backing::FaultInjection*> dirty_on_slow_device(DaemonUnderTest& d, const std::string& cache, uint64_t first_id,
+                                                      unsigned writes, uint32_t delay_us) {
+  {
+    auto queue = d.queue(cache);
+    for (uint64_t i = 0; i < writes; ++i) write_pattern(*queue, first_id + i, i * 2048, 256);
+  }
+  auto faults = d.daemon().backing_faults(cache);
+  REQUIRE(faults.ok());
+  faults.value()->writes.delay_us = delay_us;
+  return faults;
+}
+
 template <typename T>
 int error_of(const Result<T>& result) {
   return result.ok() ? 0 : result.status().code();
@@ -336,15 +350,9 @@ TEST_CASE("flush writes everything back and reports its progress on the way", "[
   CacheFiles web(kRegionBytes, kBackingBytes);
   DaemonUnderTest d;
   d.ok("add", held_dirty(add_args(web, "web")));
-  {
-    auto queue = d.queue("web");
-    for (uint64_t i = 0; i < 8; ++i) write_pattern(*queue, 10 + i, i * 2048, 256);
-  }
   // A slow backing device: each writeback submission waits 300 ms, longer than the 250 ms between
   // progress reports, so the flush must report at least once.
-  auto faults = d.daemon().backing_faults("web");
-  REQUIRE(faults.ok());
-  faults.value()->writes.delay_us = 300'000;
+  auto faults = dirty_on_slow_device(d, "web", 10, 8, 300'000);
 
   std::vector<json> reports;
   const auto flushed = d.call("flush", {{"name", "web"}, {"progress", true}}, [&](const json& report) {
@@ -375,14 +383,8 @@ TEST_CASE("a flush does not hold up status, list, metrics or the other caches; t
   DaemonUnderTest d;
   d.ok("add", held_dirty(add_args(web, "web")));
   d.ok("add", held_dirty(add_args(db, "db")));
-  {
-    auto queue = d.queue("web");
-    for (uint64_t i = 0; i < 4; ++i) write_pattern(*queue, 20 + i, i * 2048, 256);
-  }
   // Every writeback submission to web's backing file waits 3 s: the flush takes at least that.
-  auto faults = d.daemon().backing_faults("web");
-  REQUIRE(faults.ok());
-  faults.value()->writes.delay_us = 3'000'000;
+  auto faults = dirty_on_slow_device(d, "web", 20, 4, 3'000'000);
   std::promise<void> reported;
   bool first_report = true;
   auto flushing = std::async(std::launch::async, [&] {
