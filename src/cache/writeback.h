@@ -84,6 +84,10 @@ class Writeback {
   // Cost-benefit order of GC candidates (given oldest-sealed first).
   void order_by_cost(std::vector<uint32_t>& candidates) const;
   bool gc_needed(const Tunables& tunables) const;
+  // The worker's CPU priority: background (nice kBackgroundNice) while writeback only keeps dirty
+  // data down, normal when it is needed (above the high watermark, GC short of room, a flush or
+  // detach waiting).
+  void set_background(bool background);
 
   Engine& engine_;
   std::unique_ptr<io::Ring> ring_;
@@ -100,6 +104,8 @@ class Writeback {
   std::chrono::steady_clock::time_point last_activity_ = std::chrono::steady_clock::now();
   std::atomic<unsigned> urgent_{0};  // write_back_everything() callers waiting
   std::atomic<bool> eager_{false};   // between the watermarks, coming down from the high one
+  bool background_ = false;          // the worker runs at background priority
+  bool priority_refused_ = false;    // the system refused a priority change (logged once)
 
   SectorRanges in_flight_;  // sector ranges of the batch being written
 

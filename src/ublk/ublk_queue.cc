@@ -9,6 +9,7 @@
 
 #include <cstring>
 
+#include "common/thread_name.h"
 #include "ublk/uapi_compat.h"
 
 namespace pcached::ublk {
@@ -100,6 +101,7 @@ void UblkQueue::submit_command(Tag& tag, uint32_t opcode, int32_t result) {
 
 Status UblkQueue::set_up() {
   const std::string where = "ublk queue " + std::to_string(settings_.queue);
+  name_this_thread("pcached-q" + std::to_string(settings_.queue));
   if (!settings_.cpus.empty()) {
     cpu_set_t set;
     CPU_ZERO(&set);

@@ -1,8 +1,13 @@
 // Cache policies: modes, the sequential cutoff, promotion, flush forwarding and writeback pacing,
 // each checked against what the backing device and the reference model hold.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <future>
 #include <thread>
 
 #include "backing/backing_device.h"
@@ -40,6 +45,21 @@ bool eventually(Predicate predicate) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return true;
+}
+
+// The nice value of this process's writeback thread (there must be exactly one).
+int writeback_nice() {
+  std::vector<int> found;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::string name;
+    std::getline(std::ifstream(task.path() / "comm"), name);
+    if (name == "pcached-wb") found.push_back(std::stoi(task.path().filename().string()));
+  }
+  REQUIRE(found.size() == 1);
+  errno = 0;
+  const int nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(found.front()));
+  REQUIRE(errno == 0);
+  return nice;
 }
 
 }  // namespace
@@ -379,6 +399,43 @@ TEST_CASE("writeback turns eager above the high watermark and calm below the low
   // It stops around the low watermark, leaving some data dirty.
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   CHECK(cache->stats().dirty_bytes > 0);
+}
+
+TEST_CASE("writeback runs at background CPU priority unless a flush waits or dirty data passed the high watermark",
+          "[cache][policy][writeback-control]") {
+  CacheFiles files(format::kDataStart + 64 * MiB, 64 * MiB);
+  cache::CacheOptions options = files.options(true);
+  options.tunables.writeback_low = 10;
+  options.tunables.writeback_high = 40;
+  options.tunables.gc_threshold = 90;
+  auto cache = open_cache(options);
+  auto queue = make_queue(*cache);
+  // Nothing presses: writeback keeps dirty data down at nice 19, behind the foreground.
+  CHECK(eventually([] { return writeback_nice() == 19; }));
+  // A slow device: each writeback submission waits 100 ms.
+  cache->backing_faults().writes.delay_us = 100'000;
+  auto write_segments = [&](uint64_t segments, uint64_t id) {
+    for (uint64_t sector = 0; sector < segments * MiB / kSector; sector += 256) {
+      const auto data = pattern(id + sector, sector, 256);
+      REQUIRE(queue->write(sector, 256, data.data()) == 256 * 512);
+    }
+  };
+
+  SECTION("a flush waiting") {
+    write_segments(4, 1);
+    auto flushing = std::async(std::launch::async, [&] { return cache->flush_all(); });
+    CHECK(eventually([] { return writeback_nice() == 0; }));
+    REQUIRE(flushing.get().ok());
+  }
+  SECTION("dirty data past the high watermark") {
+    write_segments(40, 1000);
+    REQUIRE(eventually([&] { return cache->stats().writeback_eager; }));
+    CHECK(eventually([] { return writeback_nice() == 0; }));
+  }
+  cache->backing_faults().writes.delay_us = 0;
+  // Back down once it is done.
+  CHECK(eventually([&] { return cache->stats().dirty_bytes == 0 || !cache->stats().writeback_eager; }));
+  CHECK(eventually([] { return writeback_nice() == 19; }));
 }
 
 TEST_CASE("GC keeps the segments whose data is read, where FIFO drops the oldest", "[cache][policy][gc]") {
