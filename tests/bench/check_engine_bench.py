@@ -30,6 +30,8 @@ assert ratios["write_4k_random_vs_nt_copy"] > 0 and ratios["write_4k_random_writ
 goal = doc["write_goal"]
 assert goal["rounds"] >= 1 and goal["nt_copy_4k_mib_per_s"] > 0 and goal["held_back_iops"] > 0, goal
 assert "4 KiB random write into free cache space, 1 queue, median of" in table, table
+assert ratios["read_4k_random_vs_copy"] > 0 and doc["read_goal"]["memcpy_read_4k_mib_per_s"] > 0, doc["read_goal"]
+assert "4 KiB random read hit, 1 queue, writeback quiet, median of" in table, table
 assert "writeback held back (the write path per core)" in table and "index DRAM per extent" in table, table
 assert "hit ratio FIFO" in table and "writeback running" in table, table
 print("engine benchmark: table and JSON well formed")
