@@ -37,11 +37,14 @@ constexpr std::chrono::milliseconds kGatherDelay{50};
 // test VM, 4 KiB random writes at 14 k IOPS instead of 23 k).
 constexpr int kBackgroundNice = 19;
 
-// Whether this thread, once at background priority, may go back to nice 0: with CAP_SYS_NICE
-// (root), or an RLIMIT_NICE of 20 or more (the systemd unit's LimitNICE=+0).
-bool may_return_to_normal_priority() {
+// Whether this thread, once at background priority, may go back to nice `normal`: with
+// CAP_SYS_NICE (root), or an RLIMIT_NICE that allows it (the systemd unit's LimitNICE=+0 allows 0).
+bool may_return_to(int normal) {
   rlimit limit{};
-  if (::getrlimit(RLIMIT_NICE, &limit) == 0 && (limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= 20)) return true;
+  if (::getrlimit(RLIMIT_NICE, &limit) == 0 &&
+      (limit.rlim_cur == RLIM_INFINITY || static_cast<int64_t>(limit.rlim_cur) >= 20 - normal)) {
+    return true;
+  }
   std::ifstream status("/proc/self/status");
   constexpr unsigned kCapSysNice = 23;
   for (std::string line; std::getline(status, line);) {
@@ -154,6 +157,10 @@ bool Writeback::in_flight(uint64_t sector, uint32_t sectors) const { return in_f
 
 void Writeback::run() {
   name_this_thread("pcached-wb");
+  // What the daemon runs at (nice 0, or what its unit or its caller chose) is normal priority.
+  errno = 0;
+  normal_nice_ = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
+  if (errno != 0) normal_nice_ = 0;
   for (;;) {
     {
       std::lock_guard lock(mutex_);
@@ -194,8 +201,8 @@ void Writeback::run() {
 }
 
 void Writeback::set_background(bool background) {
-  if (background == background_ || priority_refused_) return;
-  if (background && !may_return_to_normal_priority()) {
+  if (background == background_ || priority_refused_ || normal_nice_ >= kBackgroundNice) return;
+  if (background && !may_return_to(normal_nice_)) {
     // Down there, writeback could not come back up when it is needed: it stays at normal priority.
     priority_refused_ = true;
     spdlog::info("cache on {}: writeback stays at normal CPU priority (lowering it when it is not needed takes "
@@ -204,8 +211,8 @@ void Writeback::set_background(bool background) {
     return;
   }
   // Per thread on Linux: the queue threads keep their priority.
-  if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), background ? kBackgroundNice : 0) != 0) {
-    // Going back up needs CAP_SYS_NICE (pcachedd has it as root): without it, stay where we are.
+  if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), background ? kBackgroundNice : normal_nice_) != 0) {
+    // Checked above; should the system refuse all the same, stay where we are.
     priority_refused_ = true;
     spdlog::warn("cache on {}: writeback keeps {} CPU priority: {}", engine_.options_.region_path,
                  background_ ? "background" : "normal", std::strerror(errno));

@@ -105,6 +105,7 @@ class Writeback {
   std::atomic<unsigned> urgent_{0};  // write_back_everything() callers waiting
   std::atomic<bool> eager_{false};   // between the watermarks, coming down from the high one
   bool background_ = false;          // the worker runs at background priority
+  int normal_nice_ = 0;              // the worker's priority when it is needed (as it started)
   bool priority_refused_ = false;    // the system refused a priority change (logged once)
 
   SectorRanges in_flight_;  // sector ranges of the batch being written
