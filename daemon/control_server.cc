@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/thread_name.h"
 #include "control/protocol.h"
 
 namespace pcached::daemon {
@@ -33,7 +34,10 @@ Result<std::unique_ptr<ControlServer>> ControlServer::listen(const std::string& 
     return Status::error(errno, "cannot listen on " + path + ": " + std::strerror(errno));
   }
   server->wake_.reset(::eventfd(0, EFD_CLOEXEC));
-  server->thread_ = std::thread([s = server.get()] { s->serve(); });
+  server->thread_ = std::thread([s = server.get()] {
+    name_this_thread("pcached-ctl");
+    s->serve();
+  });
   spdlog::info("control socket {}", path);
   return server;
 }
