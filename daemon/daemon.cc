@@ -203,6 +203,7 @@ Result<Daemon::Managed*> Daemon::find_idle(const std::string& name_or_device) co
 
 Status Daemon::write_back(Managed& managed, const std::string& operation, std::unique_lock<std::mutex>& lock,
                           const nlohmann::json& args, const Progress& progress) {
+  if (exiting_) return Status::error(ECANCELED, "the daemon is exiting; the dirty data stays on pmem");
   // Marked busy, the entry stays put (remove refuses it) and nobody else writes it back or
   // changes its settings; status, list, metrics and the other caches are served meanwhile.
   managed.busy = operation;
@@ -229,6 +230,9 @@ Result<nlohmann::json> Daemon::remove(const nlohmann::json& args, const Progress
     // failed or went away), the remove is refused and the device keeps serving from the cache.
     // detach() below writes back what arrives meanwhile.
     if (Status status = write_back(managed, "remove", lock, args, progress); !status.ok()) {
+      if (status.code() == ECANCELED) {
+        return status.with_context("cache " + name + " not removed: the daemon is exiting; " + device + " stays");
+      }
       return status.with_context("cache " + name + " not removed: its dirty data could not be written back; " +
                                  device + " keeps running (fix the backing device, or remove with --no-flush " +
                                  "to leave the dirty data on pmem)");
@@ -379,6 +383,14 @@ Result<backing::FaultInjection*> Daemon::backing_faults(const std::string& name_
   if (!found.ok()) return found.status();
   Managed& managed = *found.value();
   return &managed.cache->backing_faults();
+}
+
+void Daemon::interrupt_write_backs() {
+  std::lock_guard lock(mutex_);
+  exiting_ = true;
+  for (const auto& [name, managed] : caches_) {
+    if (!managed->busy.empty()) managed->cache->interrupt_waits();
+  }
 }
 
 void Daemon::remove_all() {

@@ -42,6 +42,10 @@ class Daemon {
   std::vector<metrics::CacheSample> samples() const;
   // Removes every device, writing back dirty data (used with --remove-on-exit).
   void remove_all();
+  // Makes the flushes and removes that are writing back now give up, and refuses new ones
+  // (their clients get ECANCELED, the dirty data stays on pmem): the daemon is exiting and leaves
+  // the caches to the next one.
+  void interrupt_write_backs();
   // An in-process queue on a cache's device (the in-process frontend's only way in; a ublk device
   // refuses). The queue must be released before the cache is removed or the daemon destroyed.
   Result<std::shared_ptr<frontend::SyncQueue>> open_queue(const std::string& name_or_device);
@@ -82,7 +86,8 @@ class Daemon {
 
   DaemonOptions options_;
   std::unique_ptr<Frontend> frontend_;  // declared before the caches: it outlives their devices
-  mutable std::mutex mutex_;  // guards caches_ and every entry's fields
+  mutable std::mutex mutex_;  // guards caches_, every entry's fields and exiting_
+  bool exiting_ = false;      // interrupt_write_backs() was called
   std::map<std::string, std::unique_ptr<Managed>> caches_;
 };
 

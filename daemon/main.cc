@@ -135,6 +135,10 @@ int main(int argc, char** argv) {
   }
   sd_notify(0, "STOPPING=1");
   spdlog::info("{} received", strsignal(signal_number));
+  // A flush a client asked for could take minutes: it gives up (the data stays on pmem for the
+  // next daemon), so that the control threads end now. With --remove-on-exit everything is
+  // written back below anyway.
+  if (!remove_on_exit) daemon.value()->interrupt_write_backs();
   server.value().reset();
   if (remove_on_exit) {
     daemon.value()->remove_all();

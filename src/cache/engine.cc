@@ -509,6 +509,10 @@ void Engine::stop_background() {
   if (writeback_) writeback_->stop();
 }
 
+void Engine::interrupt_waits() {
+  if (writeback_) writeback_->interrupt_waits();
+}
+
 void Engine::abandon() {
   stop_background();
   closed_ = true;

@@ -64,6 +64,7 @@ class Engine final : public Cache {
   Status flush_all(const FlushProgress& progress = {}) override;
   Status detach(bool force, const FlushProgress& progress = {}) override;
   void abandon() override;
+  void interrupt_waits() override;
   CacheStats stats() const override;
   uint64_t device_sectors() const override { return backing_->size() >> format::kSectorShift; }
   uint32_t logical_block_size() const override { return backing_->logical_block_size(); }

@@ -539,6 +539,14 @@ void Writeback::collect_garbage(const Tunables& tunables) {
   reclaimed_.fetch_add(victims.size());
 }
 
+void Writeback::interrupt_waits() {
+  {
+    std::lock_guard lock(mutex_);
+    ++interruptions_;
+  }
+  progress_.notify_all();
+}
+
 Status Writeback::write_back_everything(const std::function<void(uint64_t dirty_bytes)>& progress) {
   const uint64_t target = engine_.next_seq_.load();
   const uint64_t failures_before = errors_.load();
@@ -546,8 +554,10 @@ Status Writeback::write_back_everything(const std::function<void(uint64_t dirty_
   urgent_.fetch_add(1);
   kick();
   std::unique_lock lock(mutex_);
+  const uint64_t interruptions_before = interruptions_;
   auto done = [&] {
-    return stop_ || engine_.clean_horizon_.load() >= target || errors_.load() - failures_before >= kFailuresBeforeGivingUp;
+    return stop_ || engine_.clean_horizon_.load() >= target || errors_.load() - failures_before >= kFailuresBeforeGivingUp ||
+           interruptions_ != interruptions_before;
   };
   while (!progress_.wait_for(lock, std::chrono::milliseconds(250), done)) {
     if (!progress) continue;
@@ -558,6 +568,9 @@ Status Writeback::write_back_everything(const std::function<void(uint64_t dirty_
   urgent_.fetch_sub(1);
   if (engine_.clean_horizon_.load() >= target) return Status();
   if (stop_) return Status::error(ESHUTDOWN, "writeback stopped");
+  if (interruptions_ != interruptions_before) {
+    return Status::error(ECANCELED, "interrupted before every dirty byte was written back (the rest stays on pmem)");
+  }
   return Status::error(last_error_ != 0 ? last_error_ : EIO,
                        "writeback to " + engine_.backing_->path() + " keeps failing: " + std::strerror(last_error_));
 }

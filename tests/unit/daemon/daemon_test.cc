@@ -4,13 +4,13 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "backing/backing_device.h"
@@ -169,6 +169,21 @@ Result<backing::FaultInjection*> dirty_on_slow_device(DaemonUnderTest& d, const 
   REQUIRE(faults.ok());
   faults.value()->writes.delay_us = delay_us;
   return faults;
+}
+
+// Starts a flush of `cache` that asks for progress reports, and returns once the first report has
+// come (the flush is writing back); the future holds its answer.
+std::future<Result<json>> flush_under_way(DaemonUnderTest& d, const std::string& cache) {
+  auto reported = std::make_shared<std::promise<void>>();
+  auto first = std::make_shared<std::atomic<bool>>(true);
+  std::future<void> report = reported->get_future();
+  auto flushing = std::async(std::launch::async, [&d, cache, reported, first] {
+    return d.call("flush", {{"name", cache}, {"progress", true}}, [reported, first](const json&) {
+      if (first->exchange(false)) reported->set_value();
+    });
+  });
+  REQUIRE(report.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  return flushing;
 }
 
 template <typename T>
@@ -385,14 +400,7 @@ TEST_CASE("a flush does not hold up status, list, metrics or the other caches; t
   d.ok("add", held_dirty(add_args(db, "db")));
   // Every writeback submission to web's backing file waits 3 s: the flush takes at least that.
   auto faults = dirty_on_slow_device(d, "web", 20, 4, 3'000'000);
-  std::promise<void> reported;
-  bool first_report = true;
-  auto flushing = std::async(std::launch::async, [&] {
-    return d.call("flush", {{"name", "web"}, {"progress", true}}, [&](const json&) {
-      if (std::exchange(first_report, false)) reported.set_value();
-    });
-  });
-  reported.get_future().wait();  // the flush is writing back
+  auto flushing = flush_under_way(d, "web");
 
   const json status = d.ok("status", {{"name", "web"}});
   CHECK(status["operation"] == "flush");
@@ -417,6 +425,34 @@ TEST_CASE("a flush does not hold up status, list, metrics or the other caches; t
   for (uint64_t i = 0; i < 4; ++i) CHECK(backing_holds(web, 20 + i, i * 2048, 256));
   CHECK_FALSE(d.ok("status", {{"name", "web"}}).contains("operation"));
   CHECK(d.ok("remove", {{"name", "web"}})["written_back"] == true);
+}
+
+TEST_CASE("a daemon that is exiting interrupts the flush in progress and refuses new ones; the data stays on pmem",
+          "[daemon][in-process]") {
+  CacheFiles web(kRegionBytes, kBackingBytes);
+  DaemonUnderTest d;
+  d.ok("add", held_dirty(add_args(web, "web")));
+  // Every writeback submission waits 3 s: a flush that returns before is one that gave up.
+  auto faults = dirty_on_slow_device(d, "web", 30, 4, 3'000'000);
+  auto flushing = flush_under_way(d, "web");
+  d.daemon().interrupt_write_backs();  // what SIGTERM does first
+  const auto flushed = flushing.get();
+  CHECK(error_of(flushed) == ECANCELED);
+  CHECK_THAT(message_of(flushed), Catch::Contains("interrupted before every dirty byte was written back"));
+  const auto again = d.call("flush", {{"name", "web"}});
+  CHECK(error_of(again) == ECANCELED);
+  CHECK_THAT(message_of(again), Catch::Contains("the daemon is exiting"));
+  const auto removed = d.call("remove", {{"name", "web"}});
+  CHECK(error_of(removed) == ECANCELED);
+  CHECK_THAT(message_of(removed), Catch::Contains("cache web not removed: the daemon is exiting; inproc0 stays"));
+  CHECK(d.ok("status", {{"name", "web"}})["state"] == "running");
+  faults.value()->writes.delay_us = 0;
+
+  // The next daemon finds every write (written back or still dirty on pmem).
+  d.stop();
+  d.start();
+  auto queue = d.queue("web");
+  for (uint64_t i = 0; i < 4; ++i) CHECK(reads_back(*queue, 30 + i, i * 2048, 256));
 }
 
 TEST_CASE("remove writes back first unless told not to, and waits until the device is unused", "[daemon][in-process]") {
