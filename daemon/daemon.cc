@@ -192,18 +192,14 @@ Result<Daemon::Managed*> Daemon::find_running(const std::string& name_or_device)
   return found;
 }
 
-Result<Daemon::Managed*> Daemon::find_idle(const std::string& name_or_device) const {
-  auto found = find(name_or_device);
-  if (found.ok() && !found.value()->busy.empty()) {
-    return Status::error(EBUSY, "cache '" + found.value()->config.name + "' is busy: a " + found.value()->busy +
-                                    " is writing its dirty data back; try again when it is done");
-  }
-  return found;
+Status Daemon::refuse_if_busy(const Managed& managed) {
+  if (managed.busy.empty()) return Status();
+  return Status::error(EBUSY, "cache '" + managed.config.name + "' is busy: a " + managed.busy +
+                                  " is writing its dirty data back; try again when it is done");
 }
 
 Status Daemon::write_back(Managed& managed, const std::string& operation, std::unique_lock<std::mutex>& lock,
                           const nlohmann::json& args, const Progress& progress) {
-  if (exiting_) return Status::error(ECANCELED, "the daemon is exiting; the dirty data stays on pmem");
   // Marked busy, the entry stays put (remove refuses it) and nobody else writes it back or
   // changes its settings; status, list, metrics and the other caches are served meanwhile.
   managed.busy = operation;
@@ -220,9 +216,10 @@ Result<nlohmann::json> Daemon::remove(const nlohmann::json& args, const Progress
   auto no_flush = control::bool_arg(args, "no_flush", false);
   if (!no_flush.ok()) return no_flush.status();
   std::unique_lock lock(mutex_);
-  auto found = find_idle(target.value());
+  auto found = find(target.value());
   if (!found.ok()) return found.status();
   Managed& managed = *found.value();
+  if (Status busy = refuse_if_busy(managed); !busy.ok()) return busy;
   const std::string name = managed.config.name;
   const std::string device = managed.device ? managed.device->name() : "";
   if (managed.cache && !no_flush.value()) {
@@ -337,10 +334,10 @@ Result<nlohmann::json> Daemon::set(const nlohmann::json& args) {
     if (!status->ok()) return *status;
   }
   std::lock_guard lock(mutex_);
-  if (auto idle = find_idle(target.value()); !idle.ok()) return idle.status();
   auto found = find_running(target.value());
   if (!found.ok()) return found.status();
   Managed& managed = *found.value();
+  if (Status busy = refuse_if_busy(managed); !busy.ok()) return busy;
   // Remembered, so that a restart keeps the setting.
   const Status changed = managed.cache->set(key.value(), value.value());
   // Remembered, so that a restart keeps it (a mode switch that could not write everything back
@@ -356,10 +353,10 @@ Result<nlohmann::json> Daemon::flush(const nlohmann::json& args, const Progress&
   auto target = control::string_arg(args, "name", true);
   if (!target.ok()) return target.status();
   std::unique_lock lock(mutex_);
-  if (auto idle = find_idle(target.value()); !idle.ok()) return idle.status();
   auto found = find_running(target.value());
   if (!found.ok()) return found.status();
   Managed& managed = *found.value();
+  if (Status busy = refuse_if_busy(managed); !busy.ok()) return busy;
   const uint64_t before = managed.cache->stats().writeback_bytes;
   if (Status status = write_back(managed, "flush", lock, args, progress); !status.ok()) return status;
   const cache::CacheStats after = managed.cache->stats();
@@ -387,9 +384,8 @@ Result<backing::FaultInjection*> Daemon::backing_faults(const std::string& name_
 
 void Daemon::interrupt_write_backs() {
   std::lock_guard lock(mutex_);
-  exiting_ = true;
   for (const auto& [name, managed] : caches_) {
-    if (!managed->busy.empty()) managed->cache->interrupt_waits();
+    if (managed->cache) managed->cache->interrupt_waits();
   }
 }
 

@@ -74,8 +74,8 @@ class Daemon {
   Result<Managed*> find(const std::string& name_or_device) const;
   // As find, and refused unless the cache is open (it may have failed to come back).
   Result<Managed*> find_running(const std::string& name_or_device) const;
-  // As find_running, and refused while the cache is busy with a write-back.
-  Result<Managed*> find_idle(const std::string& name_or_device) const;
+  // EBUSY, with the reason, while the cache is busy with a write-back.
+  static Status refuse_if_busy(const Managed& managed);
   // Writes back everything dirty with `lock` (on mutex_) released meanwhile and held again on
   // return, the cache marked busy with `operation` until then.
   Status write_back(Managed& managed, const std::string& operation, std::unique_lock<std::mutex>& lock,
@@ -86,8 +86,7 @@ class Daemon {
 
   DaemonOptions options_;
   std::unique_ptr<Frontend> frontend_;  // declared before the caches: it outlives their devices
-  mutable std::mutex mutex_;  // guards caches_, every entry's fields and exiting_
-  bool exiting_ = false;      // interrupt_write_backs() was called
+  mutable std::mutex mutex_;  // guards caches_ and every entry's fields
   std::map<std::string, std::unique_ptr<Managed>> caches_;
 };
 

@@ -167,9 +167,10 @@ class Cache {
   virtual Status detach(bool force, const FlushProgress& progress = {}) = 0;
   // Stops background work without writing anything more (a crash, as far as the media can tell).
   virtual void abandon() = 0;
-  // Makes every flush_all (and detach or mode switch writing back) that waits now return at once
-  // with ECANCELED; writeback itself goes on, and later calls wait as usual. For a daemon that is
-  // shutting down and must not wait for a write-back a client asked for.
+  // Makes every flush_all (and detach or mode switch writing back) that waits return at once with
+  // ECANCELED, now and from then on (a call that began just before must not slip through);
+  // background writeback itself goes on. For a daemon that is exiting and must not wait for a
+  // write-back a client asked for.
   virtual void interrupt_waits() = 0;
 
   virtual CacheStats stats() const = 0;

@@ -542,7 +542,7 @@ void Writeback::collect_garbage(const Tunables& tunables) {
 void Writeback::interrupt_waits() {
   {
     std::lock_guard lock(mutex_);
-    ++interruptions_;
+    interrupted_ = true;
   }
   progress_.notify_all();
 }
@@ -554,10 +554,9 @@ Status Writeback::write_back_everything(const std::function<void(uint64_t dirty_
   urgent_.fetch_add(1);
   kick();
   std::unique_lock lock(mutex_);
-  const uint64_t interruptions_before = interruptions_;
   auto done = [&] {
-    return stop_ || engine_.clean_horizon_.load() >= target || errors_.load() - failures_before >= kFailuresBeforeGivingUp ||
-           interruptions_ != interruptions_before;
+    return stop_ || interrupted_ || engine_.clean_horizon_.load() >= target ||
+           errors_.load() - failures_before >= kFailuresBeforeGivingUp;
   };
   while (!progress_.wait_for(lock, std::chrono::milliseconds(250), done)) {
     if (!progress) continue;
@@ -568,7 +567,7 @@ Status Writeback::write_back_everything(const std::function<void(uint64_t dirty_
   urgent_.fetch_sub(1);
   if (engine_.clean_horizon_.load() >= target) return Status();
   if (stop_) return Status::error(ESHUTDOWN, "writeback stopped");
-  if (interruptions_ != interruptions_before) {
+  if (interrupted_) {
     return Status::error(ECANCELED, "interrupted before every dirty byte was written back (the rest stays on pmem)");
   }
   return Status::error(last_error_ != 0 ? last_error_ : EIO,

@@ -38,7 +38,7 @@ class Writeback {
   // the error that keeps writeback from getting there after repeated tries.
   // progress (optional) gets the dirty bytes left about four times a second.
   Status write_back_everything(const std::function<void(uint64_t dirty_bytes)>& progress = {});
-  // Makes the write_back_everything() calls waiting now return with ECANCELED.
+  // Makes write_back_everything() return ECANCELED, the calls waiting now and every later one.
   void interrupt_waits();
 
   void add_to(CacheStats& stats) const;
@@ -105,7 +105,7 @@ class Writeback {
   uint64_t last_requests_ = 0;
   std::chrono::steady_clock::time_point last_activity_ = std::chrono::steady_clock::now();
   std::atomic<unsigned> urgent_{0};  // write_back_everything() callers waiting
-  uint64_t interruptions_ = 0;        // interrupt_waits() calls so far (under mutex_)
+  bool interrupted_ = false;          // interrupt_waits() was called (under mutex_)
   std::atomic<bool> eager_{false};   // between the watermarks, coming down from the high one
   bool background_ = false;          // the worker runs at background priority
   int normal_nice_ = 0;              // the worker's priority when it is needed (as it started)

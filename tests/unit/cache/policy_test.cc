@@ -9,6 +9,7 @@
 #include <fstream>
 #include <future>
 #include <thread>
+#include <utility>
 
 #include "backing/backing_device.h"
 #include "format/layout.h"
@@ -33,6 +34,16 @@ uint64_t backing_id(const CacheFiles& files, uint64_t sector) {
 cache::CacheOptions with_mode(const CacheFiles& files, cache::CacheMode mode) {
   cache::CacheOptions options = files.options(true);
   options.tunables.mode = mode;
+  return options;
+}
+
+// Options that hold writeback back: a rate of 1 byte/s, never idle, no high watermark. Data stays
+// dirty until something asks for it to be written back.
+cache::CacheOptions held_back(const CacheFiles& files) {
+  cache::CacheOptions options = files.options(true);
+  options.tunables.writeback_rate = 1;
+  options.tunables.writeback_idle_ms = 0;
+  options.tunables.writeback_high = 100;
   return options;
 }
 
@@ -182,12 +193,8 @@ TEST_CASE("leaving writeback writes the dirty data back before the switch return
   for (const char* mode : {"writethrough", "writearound"}) {
     DYNAMIC_SECTION(mode) {
       CacheFiles files(kRegionBytes, kBackingBytes);
-      cache::CacheOptions options = files.options(true);
       // Writeback held back: the data stays dirty until the switch forces it out.
-      options.tunables.writeback_rate = 1;
-      options.tunables.writeback_idle_ms = 0;
-      options.tunables.writeback_high = 100;
-      auto cache = open_cache(options);
+      auto cache = open_cache(held_back(files));
       auto queue = make_queue(*cache);
       for (uint64_t sector = 0; sector < 4096; sector += 64) {
         const auto data = pattern(sector + 1, sector, 64);
@@ -440,6 +447,37 @@ TEST_CASE("writeback runs at background CPU priority unless a flush waits or dir
   // Back down once it is done.
   CHECK(eventually([&] { return cache->stats().dirty_bytes == 0 || !cache->stats().writeback_eager; }));
   CHECK(eventually([] { return writeback_nice() == 19; }));
+}
+
+TEST_CASE("interrupted write-back waits return ECANCELED, now and later; writeback goes on and loses nothing",
+          "[cache][policy][writeback-control]") {
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  auto cache = open_cache(held_back(files));  // nothing goes back unless asked
+  auto queue = make_queue(*cache);
+  for (uint64_t sector = 0; sector < 2048; sector += 256) {
+    const auto data = pattern(sector + 1, sector, 256);
+    REQUIRE(queue->write(sector, 256, data.data()) == 256 * 512);
+  }
+  // Each writeback submission waits 2 s: a flush that returns sooner gave up.
+  cache->backing_faults().writes.delay_us = 2'000'000;
+  std::promise<void> waiting;
+  auto flushing = std::async(std::launch::async, [&] {
+    return cache->flush_all([&, first = true](uint64_t) mutable {
+      if (std::exchange(first, false)) waiting.set_value();
+    });
+  });
+  waiting.get_future().wait();  // the flush waits for the slow device
+  cache->interrupt_waits();
+  const Status interrupted = flushing.get();
+  CHECK(interrupted.code() == ECANCELED);
+  CHECK_THAT(interrupted.message(), Catch::Contains("interrupted before every dirty byte was written back"));
+  // A flush that starts afterwards does not wait either.
+  CHECK(cache->flush_all().code() == ECANCELED);
+  cache->backing_faults().writes.delay_us = 0;
+  // Writeback itself went on: the device gets everything once the cache is idle.
+  REQUIRE(cache->set("writeback_idle_ms", "50").ok());
+  REQUIRE(eventually([&] { return cache->stats().dirty_bytes == 0; }));
+  for (uint64_t sector = 0; sector < 2048; sector += 256) CHECK(backing_id(files, sector) == sector + 1);
 }
 
 TEST_CASE("GC keeps the segments whose data is read, where FIFO drops the oldest", "[cache][policy][gc]") {
