@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -58,14 +59,16 @@ bool eventually(Predicate predicate) {
   return true;
 }
 
-// The nice value of this process's writeback thread (there must be exactly one).
-int writeback_nice() {
+// The nice value of this process's writeback thread; none until the thread has named itself (it
+// does so as it starts, so for a moment after the cache opens it still has the opener's name).
+std::optional<int> writeback_nice() {
   std::vector<int> found;
   for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
     std::string name;
     std::getline(std::ifstream(task.path() / "comm"), name);
     if (name == "pcached-wb") found.push_back(std::stoi(task.path().filename().string()));
   }
+  if (found.empty()) return std::nullopt;
   REQUIRE(found.size() == 1);
   errno = 0;
   const int nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(found.front()));
