@@ -12,6 +12,7 @@
 #include "cache/persistence_policy.h"
 #include "cache/queue.h"
 #include "cache/writeback.h"
+#include "common/cycle_clock.h"
 #include "format/layout.h"
 #include "format/segment_header.h"
 
@@ -274,6 +275,8 @@ Result<Engine::RegionVerdict> Engine::examine_region(const CacheOptions& options
 
 Result<std::unique_ptr<Engine>> Engine::open(const CacheOptions& options) {
   if (Status status = validate(options.tunables); !status.ok()) return status;
+  // Before any queue can take a reading (a no-op after the first cache of the process).
+  CycleClock::calibrate();
   pmem::RegionOptions region_options;
   region_options.path = options.region_path;
   region_options.allow_volatile = options.allow_volatile_region;

@@ -117,7 +117,7 @@ int EngineQueue::check_range(const Request& request) const {
 void EngineQueue::submit(const Request& request, RequestCompletion* completion) {
   // Latency is the engine's share of the request: from here to its completion. Synchronous paths
   // record it here; the asynchronous ones (read misses, discards) when their I/O is back.
-  const Timing timing{std::chrono::steady_clock::now(), &counters_.latency[static_cast<size_t>(request.op)]};
+  const Timing timing{CycleClock::now(), &counters_.latency[static_cast<size_t>(request.op)]};
   auto finish = [&](int result) {
     timing.record();
     completion->complete(result);

@@ -8,6 +8,7 @@
 #include "cache/journal.h"
 #include "cache/sequential_detector.h"
 #include "cache/tunables_store.h"
+#include "common/cycle_clock.h"
 #include "io/ring.h"
 #include "pcached/cache.h"
 #include "pcached/pmem_writer.h"
@@ -16,9 +17,9 @@ namespace pcached::cache {
 
 // When a request started and where its latency is recorded.
 struct Timing {
-  std::chrono::steady_clock::time_point start;
+  CycleClock::Ticks start;
   LatencyHistogram* histogram;
-  void record() const { histogram->record(std::chrono::steady_clock::now() - start); }
+  void record() const { histogram->record(CycleClock::between(start, CycleClock::now())); }
 };
 
 // A request that completes later, when backing-device I/O is back. It owns itself: finish()
