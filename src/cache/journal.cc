@@ -151,7 +151,7 @@ JournalWriter::JournalWriter(const pmem::Region& region, const format::Superbloc
       segments_(segments),
       state_(state),
       slot_(slot),
-      scratch_(format::encoded_key_set_size(format::kMaxKeysPerSet)) {}
+      scratch_(kLinkSize) {}
 
 Status JournalWriter::start(pmem::PmemWriter& writer) {
   const auto segment = segments_.allocate(SegmentUse::Journal, /*wait=*/true);
@@ -173,9 +173,10 @@ void JournalWriter::advance(pmem::PmemWriter& writer) {
   const auto segment = segments_.allocate(SegmentUse::Journal, /*wait=*/true);
   assert(segment);  // only shutdown makes allocation fail, and queues are gone by then
   const uint32_t generation = segments_.info(*segment).generation;
-  // Ordering: the new header and the link are made durable by the same fence as the key set that
-  // needed them. If power fails before it, replay either stops at the old segment's end or finds
-  // a link to a header it does not match; both end the journal before an unacknowledged write.
+  // Ordering: the new header and the link are made durable no later than the key set that needed
+  // them (by the fence before it is written). If power fails before that, replay either stops at
+  // the old segment's end or finds a link to a header it does not match; both end the journal
+  // before an unacknowledged write.
   write_segment_header(writer, superblock_, *segment, {format::SegmentType::Journal, generation, *segment, slot_});
   const size_t size = format::encode_link(*segment, generation, position_.generation, superblock_.salt(), scratch_);
   writer.copy_nodrain(superblock_.segment_offset(position_.segment) + position_.offset, scratch_.data(), size);
@@ -189,13 +190,32 @@ void JournalWriter::advance(pmem::PmemWriter& writer) {
   segment_max_seq_ = 0;
 }
 
-void JournalWriter::append(pmem::PmemWriter& writer, std::span<const format::Key> keys) {
-  const size_t size = format::encoded_key_set_size(keys.size());
-  if (position_.offset + size + kLinkSize > superblock_.segment_size) advance(writer);
-  format::encode_keys(keys, position_.generation, superblock_.salt(), scratch_);
-  writer.copy_nodrain(superblock_.segment_offset(position_.segment) + position_.offset, scratch_.data(), size);
-  position_.offset += static_cast<uint32_t>(size);
-  segment_max_seq_ = std::max(segment_max_seq_, keys.back().seq);
+void JournalWriter::stage(pmem::PmemWriter& writer, std::span<const format::Key> keys) {
+  for (size_t first = 0; first < keys.size(); first += format::kMaxKeysPerSet) {
+    const auto set = keys.subspan(first, std::min<size_t>(format::kMaxKeysPerSet, keys.size() - first));
+    const size_t size = format::encoded_key_set_size(set.size());
+    if (position_.offset + size + kLinkSize > superblock_.segment_size) advance(writer);
+    const uint64_t region_offset = superblock_.segment_offset(position_.segment) + position_.offset;
+    const size_t begin = staged_bytes_.size();
+    staged_bytes_.resize(begin + size);
+    format::encode_keys(set, position_.generation, superblock_.salt(), std::span(staged_bytes_).subspan(begin, size));
+    // Back to back with the previous set in the same segment: one copy writes both.
+    if (!staged_runs_.empty() && staged_runs_.back().region_offset + staged_runs_.back().size == region_offset) {
+      staged_runs_.back().size += size;
+    } else {
+      staged_runs_.push_back({region_offset, begin, size});
+    }
+    position_.offset += static_cast<uint32_t>(size);
+    segment_max_seq_ = std::max(segment_max_seq_, set.back().seq);
+  }
+}
+
+void JournalWriter::write_staged(pmem::PmemWriter& writer) {
+  for (const StagedRun& run : staged_runs_) {
+    writer.copy_nodrain(run.region_offset, staged_bytes_.data() + run.begin, run.size);
+  }
+  staged_runs_.clear();
+  staged_bytes_.clear();
 }
 
 void JournalWriter::publish(uint64_t last_seq) {

@@ -93,9 +93,14 @@ class JournalWriter {
 
   // Starts the journal in a fresh segment (persisted before it returns). Fails only at shutdown.
   Status start(pmem::PmemWriter& writer);
-  // Writes a key set, not drained: the caller's drain makes it durable with the data.
-  void append(pmem::PmemWriter& writer, std::span<const format::Key> keys);
-  // Makes what was appended visible to writeback; call after the drain and the index update.
+  // Encodes keys (numbered) as key sets in DRAM, placed where they will go in the journal, so that
+  // the work is done while the data's streaming stores drain. Moving to a new journal segment on
+  // the way writes its header and the link to it (not drained): the caller's drain before
+  // write_staged() makes them durable with the data.
+  void stage(pmem::PmemWriter& writer, std::span<const format::Key> keys);
+  // Writes the staged key sets to the journal, not drained: the caller's drain makes them durable.
+  void write_staged(pmem::PmemWriter& writer);
+  // Makes what was written visible to writeback; call after the drain and the index update.
   void publish(uint64_t last_seq);
 
   uint32_t slot() const { return slot_; }
@@ -111,7 +116,15 @@ class JournalWriter {
   uint32_t slot_;
   JournalPosition position_;
   uint64_t segment_max_seq_ = 0;
-  std::vector<std::byte> scratch_;
+  std::vector<std::byte> scratch_;  // a link record, encoded
+  // Key sets encoded by stage(): runs of staged_bytes_, each bound for one place in the region.
+  struct StagedRun {
+    uint64_t region_offset;
+    size_t begin;
+    size_t size;
+  };
+  std::vector<std::byte> staged_bytes_;
+  std::vector<StagedRun> staged_runs_;
 };
 
 // Writes segment `segment`'s header (not drained).

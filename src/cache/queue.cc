@@ -223,6 +223,10 @@ uint64_t EngineQueue::location_of(const Placement& placement) const {
   return engine_.superblock_.segment_offset(placement.segment) + uint64_t{placement.offset_sectors} * kSectorSize;
 }
 
+uint64_t EngineQueue::location_of(const format::Key& key) const {
+  return engine_.superblock_.segment_offset(key.segment) + uint64_t{key.offset_sectors} * kSectorSize;
+}
+
 bool EngineQueue::place(uint32_t sectors, bool wait, Placement& placement) {
   const uint64_t segment_size = engine_.superblock_.segment_size;
   if (open_segment_ == UINT32_MAX || open_offset_ >= segment_size) {
@@ -245,7 +249,7 @@ bool EngineQueue::place(uint32_t sectors, bool wait, Placement& placement) {
   return true;
 }
 
-void EngineQueue::commit(std::vector<format::Key>& keys) {
+void EngineQueue::number(std::vector<format::Key>& keys) {
   JournalState& state = engine_.journals_[slot_];
   uint64_t first = 0;
   {
@@ -255,11 +259,16 @@ void EngineQueue::commit(std::vector<format::Key>& keys) {
     state.inflight_seq = first;
   }
   for (size_t i = 0; i < keys.size(); ++i) keys[i].seq = first + i;
-  for (size_t i = 0; i < keys.size(); i += format::kMaxKeysPerSet) {
-    const size_t count = std::min<size_t>(format::kMaxKeysPerSet, keys.size() - i);
-    journal_.append(writer_, std::span(keys.data() + i, count));
-  }
-  // Ordering: the keys are durable after this fence; only now may the write be acknowledged.
+}
+
+void EngineQueue::commit(std::vector<format::Key>& keys) {
+  // Encoded while the data's streaming stores drain.
+  journal_.stage(writer_, keys);
+  // Ordering: data (and any new segment header or journal link) durable before the keys are
+  // written, so a key that survives a power cut never points at torn data.
+  writer_.drain();
+  journal_.write_staged(writer_);
+  // The keys are durable after this fence; only now may the writes be acknowledged.
   writer_.drain();
   for (const format::Key& key : keys) {
     if (key.kind == format::KeyKind::Discard) {
@@ -267,13 +276,11 @@ void EngineQueue::commit(std::vector<format::Key>& keys) {
       // Before publication, so writeback cannot pass it down (and retire it) before it is here.
       engine_.pending_discards_.add(key.sector, key.sectors, key.seq);
     } else if (key.kind == format::KeyKind::Checksum) {
-      engine_.checksums_.add(engine_.superblock_.segment_offset(key.segment) + uint64_t{key.offset_sectors} * kSectorSize,
-                             key.sectors, static_cast<uint32_t>(key.sector));
+      engine_.checksums_.add(location_of(key), key.sectors, static_cast<uint32_t>(key.sector));
     } else if (key.kind == format::KeyKind::Zero) {
       engine_.index_.insert(key.sector, key.sectors, 0, key.seq, Extent::kZero);
     } else {
-      const uint64_t location = engine_.superblock_.segment_offset(key.segment) + uint64_t{key.offset_sectors} * kSectorSize;
-      engine_.index_.insert(key.sector, key.sectors, location, key.seq, 0);
+      engine_.index_.insert(key.sector, key.sectors, location_of(key), key.seq, 0);
       if (key.segment == open_segment_) {
         open_max_dirty_ = std::max(open_max_dirty_, key.seq);
       } else {
@@ -296,18 +303,17 @@ void EngineQueue::seal_filled() {
   filled_.clear();
 }
 
-int EngineQueue::stage_write(const Request& request, format::KeyKind kind) {
+int EngineQueue::place_write(const Request& request, format::KeyKind kind) {
   const size_t first_key = keys_.size();
+  const bool with_checksums = tunables_.get().data_crc;
   uint64_t sector = request.sector;
   uint32_t remaining = request.sectors;
-  const std::byte* source = request.buffer;
   while (remaining > 0) {
     Placement placement;
     if (!place(remaining, /*wait=*/true, placement)) {
-      keys_.resize(first_key);  // the copied data stays unreferenced
+      keys_.resize(first_key);  // the room taken stays unreferenced
       return -ESHUTDOWN;
     }
-    writer_.copy_nodrain(location_of(placement), source, uint64_t{placement.sectors} * kSectorSize);
     format::Key key;
     key.sector = sector;
     key.sectors = placement.sectors;
@@ -316,26 +322,46 @@ int EngineQueue::stage_write(const Request& request, format::KeyKind kind) {
     key.offset_sectors = placement.offset_sectors;
     key.generation = placement.generation;
     keys_.push_back(key);
-    if (tunables_.get().data_crc) {
+    if (with_checksums) {
       format::Key checksum = key;
       checksum.kind = format::KeyKind::Checksum;
-      checksum.sector = format::crc32c(0, source, uint64_t{placement.sectors} * kSectorSize);
+      checksum.sector = 0;  // the data's CRC32C, once copy_write has read it
       keys_.push_back(checksum);
     }
     sector += placement.sectors;
-    source += uint64_t{placement.sectors} * kSectorSize;
     remaining -= placement.sectors;
   }
   if (engine_.segments_->free_count() < 2) engine_.writeback_->kick();
   return 0;
 }
 
+void EngineQueue::copy_write(const Request& request, size_t first_key) {
+  for (size_t i = first_key; i < keys_.size(); ++i) {
+    if (keys_[i].kind == format::KeyKind::Checksum) continue;  // filled in with its data key's copy
+    const std::byte* source = request.buffer + (keys_[i].sector - request.sector) * kSectorSize;
+    const uint64_t bytes = uint64_t{keys_[i].sectors} * kSectorSize;
+    writer_.copy_nodrain(location_of(keys_[i]), source, bytes);
+    if (i + 1 < keys_.size() && keys_[i + 1].kind == format::KeyKind::Checksum) {
+      keys_[i + 1].sector = format::crc32c(0, source, bytes);
+    }
+  }
+}
+
+int EngineQueue::stage_write(const Request& request) {
+  const size_t first_key = keys_.size();
+  if (int error = place_write(request, format::KeyKind::Write); error != 0) return error;
+  copy_write(request, first_key);
+  return 0;
+}
+
 int EngineQueue::write(const Request& request, format::KeyKind kind) {
   assert(keys_.empty());  // batches are committed before any other request
-  if (int error = stage_write(request, kind); error != 0) return error;
-  // Ordering: data (and any new segment header) durable before the key is written, so a key that
-  // survives a power cut never points at torn data.
-  writer_.drain();
+  if (int error = place_write(request, kind); error != 0) return error;
+  // Numbered before the copy: taking a number is a locked instruction, which would otherwise wait
+  // for the data's streaming stores to drain; the key sets are then encoded while they do. (Not
+  // before place_write: a writer waiting there for GC must not hold back the clean horizon.)
+  number(keys_);
+  copy_write(request, 0);
   commit(keys_);
   return static_cast<int>(request.sectors * kSectorSize);
 }
@@ -343,8 +369,8 @@ int EngineQueue::write(const Request& request, format::KeyKind kind) {
 void EngineQueue::commit_staged_writes() {
   if (staged_.empty()) return;
   if (!keys_.empty()) {
-    // The same ordering as a single write: one fence for all the batch's data, then its keys.
-    writer_.drain();
+    // One fence for all the batch's data, then one for its keys.
+    number(keys_);
     commit(keys_);
   }
   std::vector<StagedWrite> done;
@@ -362,6 +388,7 @@ void EngineQueue::commit_range(const Request& request, format::KeyKind kind) {
   key.sectors = request.sectors;
   key.kind = kind;
   keys_.push_back(key);
+  number(keys_);
   commit(keys_);
 }
 

@@ -91,8 +91,14 @@ class EngineQueue final : public CacheQueue {
   bool past_sequential_cutoff(const Request& request, const Tunables& tunables);
   WriteRoute route_write(const Request& request, const Tunables& tunables);
   int write(const Request& request, format::KeyKind kind = format::KeyKind::Write);
-  // Copies a write's data into the open segment and adds its keys to keys_ (not yet numbered).
-  int stage_write(const Request& request, format::KeyKind kind = format::KeyKind::Write);
+  // Places a write's data in the open segment and adds its keys to keys_ (not numbered, and the
+  // checksum keys without their CRC yet).
+  int place_write(const Request& request, format::KeyKind kind);
+  // Copies the data of keys_[first_key...] (placed by place_write) from the request, not drained,
+  // and fills in their checksum keys.
+  void copy_write(const Request& request, size_t first_key);
+  // A write of a batch: placed and copied; its keys are numbered when the batch is committed.
+  int stage_write(const Request& request);
   // Through or around: the backing device first (direct_write.cc).
   void write_direct(const Request& request, RequestCompletion* completion, const Timing& timing, WriteRoute route);
   // After the backing device has the data: the cache takes it (through) or forgets the range.
@@ -106,8 +112,10 @@ class EngineQueue final : public CacheQueue {
   // sequential: the read is part of a stream past the cutoff (its misses are not filled).
   void read(const Request& request, RequestCompletion* completion, const Timing& timing, bool sequential);
   int discard(const Request& request);
-  // Journals keys (sequence numbers assigned here), makes them durable, applies them to the index
-  // and publishes them to writeback; empties keys.
+  // Gives keys their sequence numbers, marking the journal as having a write in flight.
+  void number(std::vector<format::Key>& keys);
+  // Journals numbered keys (their data copied, not drained), makes data and keys durable, applies
+  // them to the index and publishes them to writeback; empties keys.
   void commit(std::vector<format::Key>& keys);
   // A key for the whole request's range, without data (write-zeroes, discard).
   void commit_range(const Request& request, format::KeyKind kind);
@@ -116,6 +124,7 @@ class EngineQueue final : public CacheQueue {
   // (waiting for GC when `wait`). The new segment's header is written but not drained.
   bool place(uint32_t sectors, bool wait, Placement& placement);
   uint64_t location_of(const Placement& placement) const;
+  uint64_t location_of(const format::Key& key) const;
   void fill(uint64_t sector, uint32_t sectors, const std::byte* data, uint64_t change_count);
 
   Engine& engine_;
