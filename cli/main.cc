@@ -95,7 +95,8 @@ void print_status(const json& s) {
                 s["errors"]["backing_read"].dump().c_str(), s["errors"]["backing_write"].dump().c_str(),
                 s["errors"]["media"].dump().c_str(), s["errors"]["data_crc"].dump().c_str());
     std::printf("  copy policy %s\n", text(s, "copy_policy").c_str());
-    std::printf("  queues      %s x depth %s\n", s["queues"].dump().c_str(), s["depth"].dump().c_str());
+    std::printf("  queues      %s x depth %s, affinity %s\n", s["queues"].dump().c_str(), s["depth"].dump().c_str(),
+                text(s, "queue_affinity").c_str());
     std::string line;
     for (const auto& [key, value] : s["settings"].items()) line += " " + key + "=" + value.get<std::string>();
     std::printf("  settings   %s\n", line.c_str());
@@ -160,6 +161,7 @@ int main(int argc, char** argv) {
   control::Request request;
   std::string cache_path, backing_path, name, mode = "writeback", copy_policy = "auto", segment_size;
   unsigned queues = 0, depth = 128;
+  std::string queue_affinity = "kernel";
   std::vector<std::string> add_settings;
   std::vector<std::string> setting_keys = {"copy_policy"};
   for (std::string_view tunable : cache::tunable_names()) setting_keys.emplace_back(tunable);
@@ -171,6 +173,11 @@ int main(int argc, char** argv) {
   add->add_option("--name", name, "cache name (default cacheN)");
   add->add_option("--queues", queues, "ublk queues (default min(cpus, 4))")->check(CLI::Range(1, 64));
   add->add_option("--depth", depth, "queue depth")->check(CLI::Range(1, 4096))->capture_default_str();
+  add->add_option("--queue-affinity", queue_affinity,
+                  "kernel: bind each queue's thread to the CPUs the kernel maps to its queue; none: let the "
+                  "scheduler place it")
+      ->check(CLI::IsMember({"kernel", "none"}))
+      ->capture_default_str();
   add->add_option("--mode", mode, "cache mode")
       ->check(CLI::IsMember({"writeback", "writethrough", "writearound"}))
       ->capture_default_str();
@@ -220,7 +227,8 @@ int main(int argc, char** argv) {
 
   if (add->parsed()) {
     request.command = "add";
-    request.args = {{"cache", cache_path}, {"backing", backing_path}, {"depth", depth}, {"copy_policy", copy_policy},
+    request.args = {{"cache", cache_path}, {"backing", backing_path}, {"depth", depth},
+                    {"queue_affinity", queue_affinity}, {"copy_policy", copy_policy},
                     {"format", format}, {"force", force}, {"allow_volatile_region", allow_volatile},
                     {"allow_volatile_writeback", allow_volatile_writeback}};
     if (!name.empty()) request.args["name"] = name;

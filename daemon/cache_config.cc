@@ -25,6 +25,7 @@ nlohmann::json to_json(const CacheConfig& c) {
           {"backing", c.backing},
           {"queues", c.queues},
           {"depth", c.depth},
+          {"queue_affinity", to_string(c.queue_affinity)},
           {"device_id", c.device_id},
           {"allow_volatile_region", c.allow_volatile_region},
           {"allow_volatile_writeback", c.allow_volatile_writeback},
@@ -32,6 +33,8 @@ nlohmann::json to_json(const CacheConfig& c) {
           {"copy_policy", c.copy_policy},
           {"settings", settings_json(c.tunables)}};
 }
+
+std::string_view to_string(QueueAffinity affinity) { return affinity == QueueAffinity::Kernel ? "kernel" : "none"; }
 
 nlohmann::json settings_json(const cache::Tunables& tunables) {
   nlohmann::json doc = nlohmann::json::object();
@@ -79,11 +82,13 @@ Result<CacheConfig> config_from_json(const nlohmann::json& doc) {
   auto policy = control::string_arg(doc, "copy_policy", false, c.copy_policy);
   auto queues = control::unsigned_arg(doc, "queues", c.queues, 1, 64);
   auto depth = control::unsigned_arg(doc, "depth", c.depth, 1, 4096);
+  auto affinity = control::string_arg(doc, "queue_affinity", false, std::string(to_string(c.queue_affinity)));
   auto segment = control::unsigned_arg(doc, "segment_size", c.segment_size, 1ull << 20, 1ull << 30);
   auto volatile_region = control::bool_arg(doc, "allow_volatile_region", false);
   auto volatile_writeback = control::bool_arg(doc, "allow_volatile_writeback", false);
   for (const Status* status : {&name.status(), &region.status(), &backing.status(), &policy.status(), &queues.status(),
-                               &depth.status(), &segment.status(), &volatile_region.status(), &volatile_writeback.status()}) {
+                               &depth.status(), &affinity.status(), &segment.status(), &volatile_region.status(),
+                               &volatile_writeback.status()}) {
     if (!status->ok()) return *status;
   }
   c.name = name.value();
@@ -93,6 +98,13 @@ Result<CacheConfig> config_from_json(const nlohmann::json& doc) {
   c.copy_policy = policy.value();
   c.queues = static_cast<unsigned>(queues.value());
   c.depth = static_cast<unsigned>(depth.value());
+  if (affinity.value() == "kernel") {
+    c.queue_affinity = QueueAffinity::Kernel;
+  } else if (affinity.value() == "none") {
+    c.queue_affinity = QueueAffinity::None;
+  } else {
+    return Status::error(EINVAL, "queue_affinity '" + affinity.value() + "': expected 'kernel' or 'none'");
+  }
   c.segment_size = segment.value();
   c.allow_volatile_region = volatile_region.value();
   c.allow_volatile_writeback = volatile_writeback.value();

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "daemon/frontend.h"
 #include "pcached/status.h"
 #include "pcached/tunables.h"
 
@@ -18,6 +19,7 @@ struct CacheConfig {
   std::string backing;
   unsigned queues = 1;
   unsigned depth = 128;
+  QueueAffinity queue_affinity = QueueAffinity::Kernel;  // "queue_affinity": "kernel" or "none"
   int device_id = -1;  // the ublk device, once created
   bool allow_volatile_region = false;
   bool allow_volatile_writeback = false;
@@ -37,6 +39,8 @@ Result<std::vector<CacheConfig>> load_state(const std::string& path);
 // The state file's text, as load_state reads it; `path` only names it in messages.
 Result<std::vector<CacheConfig>> parse_state(std::string_view text, const std::string& path);
 Status save_state(const std::string& path, const std::vector<CacheConfig>& caches);
+
+std::string_view to_string(QueueAffinity affinity);
 
 // Cache names: 1-64 of [A-Za-z0-9_.-], not starting with '.' or '-'.
 Status check_cache_name(const std::string& name);

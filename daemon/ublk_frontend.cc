@@ -17,7 +17,7 @@ class UblkExport final : public ExportedDevice {
   nlohmann::json describe() const override {
     const ublk::DeviceInfo& info = device_->info();
     return {{"kind", "ublk"}, {"id", info.id}, {"queues", info.queues}, {"depth", info.depth},
-            {"max_io_bytes", info.max_io_bytes}};
+            {"max_io_bytes", info.max_io_bytes}, {"queue_cpus", device_->queue_cpus()}};
   }
   Status remove() override { return device_->remove(); }
   Result<std::shared_ptr<frontend::SyncQueue>> open_queue() override {
@@ -37,6 +37,7 @@ ublk::DeviceSettings device_settings(const ExportSettings& settings) {
   device.dev_id = settings.device_id;
   device.queues = static_cast<uint16_t>(settings.queues);
   device.depth = static_cast<uint16_t>(settings.depth);
+  device.bind_to_kernel_affinity = settings.queue_affinity == QueueAffinity::Kernel;
   return device;
 }
 
@@ -61,7 +62,7 @@ Result<std::unique_ptr<ExportedDevice>> UblkFrontend::restore(cache::Cache& cach
     const auto id = static_cast<uint32_t>(settings.device_id);
     auto info = control_->info(id);
     if (info.ok() && info->state != UBLK_S_DEV_DEAD) {
-      auto device = ublk::UblkDevice::recover(*control_, cache, id);
+      auto device = ublk::UblkDevice::recover(*control_, cache, id, settings.queue_affinity == QueueAffinity::Kernel);
       if (!device.ok()) return device.status();
       return exported(std::move(device.value()));
     }

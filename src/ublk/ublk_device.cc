@@ -48,7 +48,7 @@ void log_cleanup_failure(const Status& status) {
 
 Result<std::unique_ptr<UblkDevice>> UblkDevice::create(ControlDevice& control, cache::Cache& cache,
                                                        const DeviceSettings& settings) {
-  auto device = std::unique_ptr<UblkDevice>(new UblkDevice(control, cache));
+  auto device = std::unique_ptr<UblkDevice>(new UblkDevice(control, cache, settings.bind_to_kernel_affinity));
   // User recovery keeps /dev/ublkbN (and the filesystems on it) when the daemon dies; reissue
   // hands the requests it held to the next daemon instead of failing them.
   const uint64_t flags = UBLK_F_USER_RECOVERY | UBLK_F_USER_RECOVERY_REISSUE;
@@ -78,8 +78,9 @@ Result<std::unique_ptr<UblkDevice>> UblkDevice::create(ControlDevice& control, c
   return device;
 }
 
-Result<std::unique_ptr<UblkDevice>> UblkDevice::recover(ControlDevice& control, cache::Cache& cache, uint32_t dev_id) {
-  auto device = std::unique_ptr<UblkDevice>(new UblkDevice(control, cache));
+Result<std::unique_ptr<UblkDevice>> UblkDevice::recover(ControlDevice& control, cache::Cache& cache, uint32_t dev_id,
+                                                        bool bind_to_kernel_affinity) {
+  auto device = std::unique_ptr<UblkDevice>(new UblkDevice(control, cache, bind_to_kernel_affinity));
   auto info = control.info(dev_id);
   if (!info.ok()) return info.status();
   device->info_ = info.value();
@@ -118,11 +119,19 @@ Status UblkDevice::start_queues() {
     settings.depth = info_.depth;
     settings.max_io_bytes = info_.max_io_bytes;
     settings.ioctl_encoded = control_.ioctl_encoded();
-    if (auto cpus = control_.queue_affinity(info_.id, q); cpus.ok()) settings.cpus = cpus.value();
+    if (bind_to_kernel_affinity_) {
+      if (auto cpus = control_.queue_affinity(info_.id, q); cpus.ok()) settings.cpus = cpus.value();
+    }
     queues_.push_back(std::make_unique<UblkQueue>(cache_, settings));
     if (Status status = queues_.back()->start(); !status.ok()) return status;
   }
   return Status();
+}
+
+std::vector<std::vector<int>> UblkDevice::queue_cpus() const {
+  std::vector<std::vector<int>> cpus;
+  for (const auto& queue : queues_) cpus.push_back(queue->cpus());
+  return cpus;
 }
 
 Status UblkDevice::remove() {

@@ -20,6 +20,9 @@ struct DeviceSettings {
   uint16_t queues = 1;
   uint16_t depth = 128;
   uint32_t max_io_bytes = 1 << 20;
+  // Each queue's thread bound to the CPUs the kernel maps to its queue (GET_QUEUE_AFFINITY); when
+  // false, not bound.
+  bool bind_to_kernel_affinity = true;
 };
 
 class UblkDevice {
@@ -28,23 +31,28 @@ class UblkDevice {
                                                     const DeviceSettings& settings);
   // Takes over /dev/ublkbN from a server that died, without the device going away: its I/O was
   // held by the driver and is served (re-issued) by us.
-  static Result<std::unique_ptr<UblkDevice>> recover(ControlDevice& control, cache::Cache& cache, uint32_t dev_id);
+  static Result<std::unique_ptr<UblkDevice>> recover(ControlDevice& control, cache::Cache& cache, uint32_t dev_id,
+                                                     bool bind_to_kernel_affinity);
   ~UblkDevice();
 
   uint32_t id() const { return info_.id; }
   std::string block_device() const { return "/dev/ublkb" + std::to_string(info_.id); }
   const DeviceInfo& info() const { return info_; }
+  // The CPUs each queue's thread is bound to (empty: any).
+  std::vector<std::vector<int>> queue_cpus() const;
 
   // STOP_DEV (in-flight I/O completes, the disk goes), the queues drain, DEL_DEV.
   Status remove();
 
  private:
-  UblkDevice(ControlDevice& control, cache::Cache& cache) : control_(control), cache_(cache) {}
+  UblkDevice(ControlDevice& control, cache::Cache& cache, bool bind_to_kernel_affinity)
+      : control_(control), cache_(cache), bind_to_kernel_affinity_(bind_to_kernel_affinity) {}
   Status open_char_device();
   Status start_queues();
 
   ControlDevice& control_;
   cache::Cache& cache_;
+  bool bind_to_kernel_affinity_;
   DeviceInfo info_;
   UniqueFd char_fd_;
   std::vector<std::unique_ptr<UblkQueue>> queues_;

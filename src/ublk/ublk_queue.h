@@ -34,6 +34,8 @@ class UblkQueue {
   Status start();
   // Waits for the thread: it ends once the driver aborted every tag (STOP_DEV or recovery).
   void join();
+  // The CPUs the thread is bound to (empty: any).
+  const std::vector<int>& cpus() const { return settings_.cpus; }
 
  private:
   class Tag;

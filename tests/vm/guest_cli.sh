@@ -58,4 +58,25 @@ expect_exit 1 pcached remove nosuch
 pcached remove /dev/ublkb0
 test ! -e /dev/ublkb0
 pcached --json list | grep -q '"caches": \[\]'
+# Queue affinity: by default each queue's thread is bound to the CPUs the kernel maps to its queue
+# (with two queues on the guest's two CPUs, one each); with --queue-affinity none, to none.
+queue_cpus() {  # "pcached-qN <Cpus_allowed_list>" per queue thread of the daemon
+  for task in /proc/$DAEMON_PID/task/*; do
+    case $(cat $task/comm) in
+      pcached-q*) echo "$(cat $task/comm) $(awk '/^Cpus_allowed_list/ {print $2}' $task/status)" ;;
+    esac
+  done | sort
+}
+pcached add --cache /dev/dax0.0 --backing /dev/vda --format --force --name pinned --queues 2 >/dev/null
+queue_cpus | tee /tmp/cpus
+[ "$(cat /tmp/cpus)" = "$(printf 'pcached-q0 0\npcached-q1 1')" ]
+pcached status pinned | grep -q "queues      2 x depth 128, affinity kernel"
+pcached --json status pinned | tr -d ' \n' | grep -q '"queue_cpus":\[\[0\],\[1\]\]'
+pcached remove pinned
+pcached add --cache /dev/dax0.0 --backing /dev/vda --format --force --name free --queues 2 --queue-affinity none >/dev/null
+queue_cpus | tee /tmp/cpus
+[ "$(cat /tmp/cpus)" = "$(printf 'pcached-q0 0-1\npcached-q1 0-1')" ]
+pcached status free | grep -q "affinity none"
+pcached --json status free | tr -d ' \n' | grep -q '"queue_cpus":\[\[\],\[\]\]'
+pcached remove free
 echo "CLI flows passed"

@@ -23,6 +23,7 @@ TEST_CASE("the state file round-trips and a missing one is empty", "[daemon][sta
   b.name = "slow.1";
   b.region = "/mnt/pmem/cache";
   b.allow_volatile_region = true;
+  b.queue_affinity = QueueAffinity::None;
   REQUIRE(save_state(file.path(), {a, b}).ok());
   auto loaded = load_state(file.path());
   REQUIRE(loaded.ok());
@@ -30,6 +31,8 @@ TEST_CASE("the state file round-trips and a missing one is empty", "[daemon][sta
   CHECK(to_json(loaded->at(0)) == to_json(a));
   CHECK(to_json(loaded->at(1)) == to_json(b));
   CHECK(loaded->at(0).tunables == a.tunables);
+  CHECK(loaded->at(0).queue_affinity == QueueAffinity::Kernel);
+  CHECK(loaded->at(1).queue_affinity == QueueAffinity::None);
   CHECK(load_state(file.path() + ".absent")->empty());
 }
 
@@ -46,6 +49,9 @@ TEST_CASE("a damaged state file is refused with the reason", "[daemon][state][ba
   CHECK(load_state(file.path()).status().message().find("invalid cache name") != std::string::npos);
   write(R"({"version":1,"caches":[{"name":"a","region":"/a","backing":"/b","depth":0}]})");
   CHECK(load_state(file.path()).status().message().find("between 1 and 4096") != std::string::npos);
+  write(R"({"version":1,"caches":[{"name":"a","region":"/a","backing":"/b","queue_affinity":"numa"}]})");
+  CHECK(load_state(file.path()).status().message().find("queue_affinity 'numa': expected 'kernel' or 'none'") !=
+        std::string::npos);
   write(R"({"version":1,"caches":[{"name":"a","region":"/a","backing":"/b","settings":{"mode":"fast"}}]})");
   CHECK(load_state(file.path()).status().message().find("'fast' is not writeback") != std::string::npos);
   write(R"({"version":1,"caches":[{"name":"a","region":"/a","backing":"/b","settings":{"colour":"red"}}]})");
@@ -70,6 +76,7 @@ TEST_CASE("settings come from the add request's keys and from older state files"
       R"({"name":"a","region":"/a","backing":"/b","gc_threshold":55,"read_miss_fill":false})"));
   REQUIRE(old.ok());
   CHECK(old->tunables.gc_threshold == 55);
+  CHECK(old->queue_affinity == QueueAffinity::Kernel);  // state files from before the setting
   CHECK_FALSE(old->tunables.read_miss_fill);
   auto added = config_from_json(nlohmann::json::parse(
       R"({"name":"a","region":"/a","backing":"/b","settings":{"mode":"writethrough","sequential_cutoff":"8M"}})"));
