@@ -4,9 +4,9 @@ namespace), null_blk, and dm-writecache on the same emulated NVDIMM over the sam
 Figures are ratios against the references measured in the same boot; absolute numbers under TCG
 swing with host load.
 
-pcached runs twice: with the default queue count (one queue per guest CPU, each queue's thread
-bound to its CPU as the kernel maps it) and with one queue, which suits fio's single submitting
-thread: with a queue per CPU, fio and the queue thread serving its CPU share that CPU.
+pcached runs three times: with the defaults (one queue per guest CPU, each queue's thread bound to
+its CPU as the kernel maps it), with the default queues unbound (--queue-affinity none), and with
+one queue. Bound, fio's single submitting thread shares its CPU with the queue thread serving it.
 
     bench/vm_fio_bench.py --pcachedd build/daemon/pcachedd --pcached build/cli/pcached [--json] [--rounds 3]
 """
@@ -54,6 +54,7 @@ for round in $(seq ROUNDS); do
       pmem) dev=$pmem ;;
       nullblk) dev=/dev/nullb0 ;;
       pcached) dev=$(pcached add --cache /dev/dax0.0 --backing /dev/vda --format --force) ;;
+      pcached-unbound) dev=$(pcached add --cache /dev/dax0.0 --backing /dev/vda --format --force --queue-affinity none) ;;
       pcached-1q) dev=$(pcached add --cache /dev/dax0.0 --backing /dev/vda --format --force --queues 1) ;;
       writecache)
         # A cache device dm-writecache has never seen must start zeroed (it formats it then).
@@ -67,7 +68,7 @@ for round in $(seq ROUNDS); do
     prefill $dev
 JOBLINES
     case $target in
-      pcached|pcached-1q) pcached remove cache0 >/dev/null ;;
+      pcached*) pcached remove cache0 >/dev/null ;;
       writecache) /sbin/dmsetup remove --noudevsync wc ;;
     esac
   done
@@ -88,7 +89,7 @@ def main():
     job_lines = "\n".join(f"    run_job $target $dev {name} {fio}" for name, fio in JOBS)
     script_text = (GUEST.replace("JOBLINES", job_lines).replace("ROUNDS", str(args.rounds))
                    .replace("RUNTIME", str(args.runtime))
-                   .replace("TARGETS", args.only or "pmem nullblk pcached pcached-1q writecache"))
+                   .replace("TARGETS", args.only or "pmem nullblk pcached pcached-unbound pcached-1q writecache"))
     machine = harness.Vm()
     scratch = tempfile.mkdtemp(prefix="pcached-vmbench-", dir="/dev/shm")
     try:
@@ -113,24 +114,26 @@ def main():
         target, job, r, w = match.groups()
         iops = float(r) + float(w)
         samples.setdefault((target, job), []).append(iops)
-    targets = ["pcached", "pcached-1q", "writecache", "pmem", "nullblk"]
+    targets = ["pcached", "pcached-unbound", "pcached-1q", "writecache", "pmem", "nullblk"]
     table = {job: {t: statistics.median(samples.get((t, job), [0])) for t in targets} for job, _ in JOBS}
 
     def ratios_of(target):
         return {job: (row[target] / row["writecache"] if row["writecache"] else 0.0) for job, row in table.items()}
 
-    ratios, ratios_1q = ratios_of("pcached"), ratios_of("pcached-1q")
+    ratios, ratios_unbound, ratios_1q = ratios_of("pcached"), ratios_of("pcached-unbound"), ratios_of("pcached-1q")
     if args.json:
         print(json.dumps({"benchmark": "vm-fio", "unit": "IOPS (median of rounds)", "rounds": args.rounds,
                           "iops": table, "pcached_vs_dm_writecache": ratios,
+                          "pcached_unbound_vs_dm_writecache": ratios_unbound,
                           "pcached_1_queue_vs_dm_writecache": ratios_1q}, indent=2))
         return 0
     print(f"\nfio in the VM (TCG), {args.rounds} rounds round robin, median IOPS")
-    print(f"{'job':<20} {'pcached':>10} {'pcached 1q':>10} {'dm-wc':>10} {'raw pmem':>10} {'null_blk':>10} "
-          f"{'pcached/dm-wc':>14} {'1q/dm-wc':>9}")
+    print(f"{'job':<20} {'pcached':>10} {'unbound':>10} {'1 queue':>10} {'dm-wc':>10} {'raw pmem':>10} {'null_blk':>10} "
+          f"{'pcached/dm-wc':>14} {'unbound/dm-wc':>14} {'1q/dm-wc':>9}")
     for job, row in table.items():
-        print(f"{job:<20} {row['pcached']:>10.0f} {row['pcached-1q']:>10.0f} {row['writecache']:>10.0f} {row['pmem']:>10.0f} "
-              f"{row['nullblk']:>10.0f} {ratios[job]:>14.2f} {ratios_1q[job]:>9.2f}")
+        print(f"{job:<20} {row['pcached']:>10.0f} {row['pcached-unbound']:>10.0f} {row['pcached-1q']:>10.0f} "
+              f"{row['writecache']:>10.0f} {row['pmem']:>10.0f} {row['nullblk']:>10.0f} {ratios[job]:>14.2f} "
+              f"{ratios_unbound[job]:>14.2f} {ratios_1q[job]:>9.2f}")
     return 0
 
 
