@@ -12,8 +12,8 @@ using pcached::CycleClock;
 
 bool cpu_reports_invariant_tsc() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  return __get_cpuid_max(0x80000000u, nullptr) >= 0x80000007u && __get_cpuid(0x80000007u, &eax, &ebx, &ecx, &edx) &&
-         (edx & (1u << 8)) != 0;
+  const unsigned max_extended = __get_cpuid_max(0x80000000u, nullptr);  // int in clang's cpuid.h
+  return max_extended >= 0x80000007u && __get_cpuid(0x80000007u, &eax, &ebx, &ecx, &edx) && (edx & (1u << 8)) != 0;
 }
 
 }  // namespace
