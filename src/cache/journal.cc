@@ -173,13 +173,33 @@ void JournalWriter::advance(pmem::PmemWriter& writer) {
   const auto segment = segments_.allocate(SegmentUse::Journal, /*wait=*/true);
   assert(segment);  // only shutdown makes allocation fail, and queues are gone by then
   const uint32_t generation = segments_.info(*segment).generation;
-  // Ordering: the new header and the link are made durable no later than the key set that needed
-  // them (by the fence before it is written). If power fails before that, replay either stops at
-  // the old segment's end or finds a link to a header it does not match; both end the journal
-  // before an unacknowledged write.
-  write_segment_header(writer, superblock_, *segment, {format::SegmentType::Journal, generation, *segment, slot_});
-  const size_t size = format::encode_link(*segment, generation, position_.generation, superblock_.salt(), scratch_);
-  writer.copy_nodrain(superblock_.segment_offset(position_.segment) + position_.offset, scratch_.data(), size);
+  // Ordering: the header is durable before the link, and the link no later than the key set that
+  // needs it; the key sets in front of the link are durable before it. Replay then finds either
+  // the old segment's end, or a link to a header it does not match (ending the journal before an
+  // unacknowledged write), or a whole header: a torn header, or a torn set, followed by a valid
+  // link reads as damage, and the cache would be refused. With none of this commit's sets staged,
+  // those in front of the link are durable already and header and link are written now (the
+  // caller's fence covers the link); otherwise they wait in the staged runs, each behind a fence.
+  const uint64_t link_offset = superblock_.segment_offset(position_.segment) + position_.offset;
+  const format::SegmentHeader header{format::SegmentType::Journal, generation, *segment, slot_};
+  if (staged_runs_.empty()) {
+    write_segment_header(writer, superblock_, *segment, header);
+    writer.drain();
+    const size_t size = format::encode_link(*segment, generation, position_.generation, superblock_.salt(), scratch_);
+    writer.copy_nodrain(link_offset, scratch_.data(), size);
+  } else {
+    const size_t header_begin = staged_bytes_.size();
+    staged_bytes_.resize(header_begin + format::kSegmentHeaderEncodedSize);
+    format::encode_segment_header(
+        header, superblock_.salt(),
+        std::span(staged_bytes_).subspan(header_begin).first<format::kSegmentHeaderEncodedSize>());
+    staged_runs_.push_back({superblock_.segment_offset(*segment), header_begin, format::kSegmentHeaderEncodedSize});
+    const size_t link_begin = staged_bytes_.size();
+    staged_bytes_.resize(link_begin + kLinkSize);
+    const size_t size = format::encode_link(*segment, generation, position_.generation, superblock_.salt(),
+                                            std::span(staged_bytes_).subspan(link_begin));
+    staged_runs_.push_back({link_offset, link_begin, size});
+  }
   {
     std::lock_guard lock(state_.mutex);
     state_.chain.back().max_seq = std::max(state_.chain.back().max_seq, segment_max_seq_);
@@ -199,19 +219,18 @@ void JournalWriter::stage(pmem::PmemWriter& writer, std::span<const format::Key>
     const size_t begin = staged_bytes_.size();
     staged_bytes_.resize(begin + size);
     format::encode_keys(set, position_.generation, superblock_.salt(), std::span(staged_bytes_).subspan(begin, size));
-    // Back to back with the previous set in the same segment: one copy writes both.
-    if (!staged_runs_.empty() && staged_runs_.back().region_offset + staged_runs_.back().size == region_offset) {
-      staged_runs_.back().size += size;
-    } else {
-      staged_runs_.push_back({region_offset, begin, size});
-    }
+    staged_runs_.push_back({region_offset, begin, size});
     position_.offset += static_cast<uint32_t>(size);
     segment_max_seq_ = std::max(segment_max_seq_, set.back().seq);
   }
 }
 
 void JournalWriter::write_staged(pmem::PmemWriter& writer) {
-  for (const StagedRun& run : staged_runs_) {
+  for (size_t i = 0; i < staged_runs_.size(); ++i) {
+    // Each run durable before the next is begun (see advance()): replay can then tell the torn
+    // end of the journal, only ever its last record, from damage.
+    if (i > 0) writer.drain();
+    const StagedRun& run = staged_runs_[i];
     writer.copy_nodrain(run.region_offset, staged_bytes_.data() + run.begin, run.size);
   }
   staged_runs_.clear();

@@ -98,7 +98,9 @@ class JournalWriter {
   // the way writes its header and the link to it (not drained): the caller's drain before
   // write_staged() makes them durable with the data.
   void stage(pmem::PmemWriter& writer, std::span<const format::Key> keys);
-  // Writes the staged key sets to the journal, not drained: the caller's drain makes them durable.
+  // Writes the staged key sets to the journal, each durable before the next is begun; the last
+  // one not drained: the caller's drain makes it durable. (One key set, the usual case, costs no
+  // fence here.)
   void write_staged(pmem::PmemWriter& writer);
   // Makes what was written visible to writeback; call after the drain and the index update.
   void publish(uint64_t last_seq);
@@ -117,7 +119,8 @@ class JournalWriter {
   JournalPosition position_;
   uint64_t segment_max_seq_ = 0;
   std::vector<std::byte> scratch_;  // a link record, encoded
-  // Key sets encoded by stage(): runs of staged_bytes_, each bound for one place in the region.
+  // Key sets encoded by stage(), and the header of and link to a journal segment begun among
+  // them: records of staged_bytes_, in the order they must become durable.
   struct StagedRun {
     uint64_t region_offset;
     size_t begin;
