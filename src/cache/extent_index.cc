@@ -182,14 +182,13 @@ void ExtentIndex::lookup(uint64_t sector, uint32_t sectors, StripeVisitor visito
     pieces.clear();
     uint64_t cursor = begin;
     for (auto it = first_overlapping(shard.map, begin); it != shard.map.end() && it->first < end; ++it) {
-      if (!it->second.counts_as_cached()) continue;  // a tombstone reads as a gap
       const uint64_t start = std::max(it->first, begin);
       const uint64_t stop = std::min(end_of(*it), end);
       if (cursor < start) pieces.push_back({cursor, static_cast<uint32_t>(start - cursor), false, {}});
       Extent piece = it->second;
       piece.sectors = static_cast<uint32_t>(stop - start);
       piece.location = location_at(it->second, it->first, start);
-      pieces.push_back({start, piece.sectors, true, piece});
+      pieces.push_back({start, piece.sectors, it->second.counts_as_cached(), piece});
       cursor = stop;
     }
     if (cursor < end) pieces.push_back({cursor, static_cast<uint32_t>(end - cursor), false, {}});

@@ -29,7 +29,7 @@ struct Extent {
   // Dirty data writeback could not read (media error): the backing device holds older data, so
   // reads must fail rather than fall back to it.
   static constexpr uint32_t kLost = 1u << 2;
-  // A discard's tombstone: no data, read as a gap. It keeps a write numbered before the discard
+  // A discard's tombstone: no data, reads as zeros. It keeps a write numbered before the discard
   // but applied to the index after it (another queue) from showing, as replay in sequence order
   // would not show it either. Dropped once writeback has passed the discard.
   static constexpr uint32_t kDiscarded = 1u << 3;
@@ -45,13 +45,18 @@ struct Extent {
   uint64_t seq = 0;       // key sequence number; fills use 0 so that every write wins over them
 };
 
-// One piece of a lookup: either cached (extent describes the piece exactly, location adjusted)
-// or a gap that must come from the backing device.
+// One piece of a lookup: cached (extent describes the piece exactly, location adjusted), a
+// discard's tombstone (not cached; extent has kDiscarded) or a gap that must come from the
+// backing device.
 struct Piece {
   uint64_t sector;
   uint32_t sectors;
   bool cached;
-  Extent extent;  // meaningful when cached
+  Extent extent;  // meaningful when cached or discarded
+
+  // Discarded, and the discard not yet passed down to the backing device: the device may be
+  // punching the hole right now, so it must not be read there.
+  bool discarded() const { return !cached && (extent.flags & Extent::kDiscarded); }
 };
 
 // Counts the bytes a shard's B-tree holds, so the index can report its DRAM use exactly.

@@ -420,6 +420,13 @@ void EngineQueue::read(const Request& request, RequestCompletion* completion, co
     for (const Piece& piece : pieces) {
       std::byte* destination = request.buffer + (piece.sector - request.sector) * kSectorSize;
       const uint64_t bytes = uint64_t{piece.sectors} * kSectorSize;
+      if (piece.discarded()) {
+        // Zeros rather than the device's content: writeback may be punching the hole there
+        // now, and a hole that splits a page or block is zeroed in place, so a read racing with
+        // it could return a sector half old data, half zeros.
+        std::memset(destination, 0, bytes);
+        continue;
+      }
       if (piece.cached) {
         if (piece.extent.flags & Extent::kZero) {
           std::memset(destination, 0, bytes);

@@ -185,7 +185,8 @@ TEST_CASE("a discard's tombstone hides a write numbered before it but applied af
   };
   auto [pieces, change_count] = pieces_of(0, 8);
   REQUIRE(pieces.size() == 1);
-  CHECK_FALSE(pieces[0].cached);  // a gap: read from the backing device
+  CHECK_FALSE(pieces[0].cached);
+  CHECK(pieces[0].discarded());  // reads as zeros, not from the backing device
   CHECK(index.cached_sectors() == 0);
   CHECK(index.sectors_at_or_above(0) == 0);
   // Not cached, but dirty for anyone who would write to the device under the pending discard.
@@ -195,17 +196,19 @@ TEST_CASE("a discard's tombstone hides a write numbered before it but applied af
 
   // A fill of the gap does not cover the tombstone; a newer write does.
   CHECK(index.insert_fill(0, 8, 12288, change_count));
-  CHECK_FALSE(pieces_of(0, 8).first[0].cached);
+  CHECK(pieces_of(0, 8).first[0].discarded());
   index.insert(4, 4, 16384, 11, 0);
   std::tie(pieces, change_count) = pieces_of(0, 8);
   REQUIRE(pieces.size() == 2);
-  CHECK_FALSE(pieces[0].cached);
+  CHECK(pieces[0].discarded());
   CHECK((pieces[1].cached && pieces[1].extent.seq == 11 && pieces[1].sector == 4));
   CHECK(index.cached_sectors() == 4);
 
   // Once writeback has passed the discard, the tombstone goes and the gap can be filled.
   index.drop_tombstones(0, 8, 11);
   std::tie(pieces, change_count) = pieces_of(0, 4);
+  REQUIRE(pieces.size() == 1);
+  CHECK_FALSE((pieces[0].cached || pieces[0].discarded()));  // a gap: read from the backing device
   CHECK(index.insert_fill(0, 4, 12288, change_count));
   std::tie(pieces, change_count) = pieces_of(0, 8);
   REQUIRE(pieces.size() == 2);
