@@ -180,11 +180,11 @@ bool verify_recovery(const RecoveredCopy& copy, const std::string& policy, Crash
   return ok;
 }
 
-// The recovered copy's region, mapped for a persistence simulator to watch.
-std::unique_ptr<pmem::Region> open_view(const RecoveredCopy& copy) {
+// A region file mapped a second time, for a persistence simulator to watch.
+std::unique_ptr<pmem::Region> open_view(const std::string& region_path) {
   ForcedGranularity cache_line("CACHE_LINE");
   pmem::RegionOptions region_options;
-  region_options.path = copy.files.region.path();
+  region_options.path = region_path;
   region_options.min_size = 0;
   return std::move(pmem::Region::open(region_options).value());
 }
@@ -194,7 +194,7 @@ std::unique_ptr<pmem::Region> open_view(const RecoveredCopy& copy) {
 bool verify_recovery_cut_again(const RecoveredCopy& copy, const std::string& policy, CrashModel& model,
                                std::span<const OpRecord> in_flight, uint64_t newest_issued, const pmem::PersistenceSimulator::PowerCut& cut,
                                uint64_t at, CrashTotals& totals, const std::string& where) {
-  const std::unique_ptr<pmem::Region> view = open_view(copy);
+  const std::unique_ptr<pmem::Region> view = open_view(copy.files.region.path());
   pmem::PersistenceSimulator simulator(*view);
   std::mutex mutex;
   std::optional<std::pair<std::vector<std::byte>, std::vector<std::byte>>> second;
@@ -233,14 +233,7 @@ TEST_CASE("power cuts lose no acknowledged operation while writeback and GC run"
 
   CacheFiles files(kRegionBytes, kBackingBytes);
   open_cache(files.options(/*format=*/true))->abandon();
-  std::unique_ptr<pmem::Region> view;
-  {
-    ForcedGranularity cache_line("CACHE_LINE");
-    pmem::RegionOptions region_options;
-    region_options.path = files.region.path();
-    region_options.min_size = 0;
-    view = std::move(pmem::Region::open(region_options).value());
-  }
+  const std::unique_ptr<pmem::Region> view = open_view(files.region.path());
   pmem::PersistenceSimulator simulator(*view);
   cache::CacheOptions options = small_cache_options(files);
   options.copy_policy.spec = pmem::parse_policy_spec(policy).value();
@@ -463,14 +456,7 @@ TEST_CASE("a power cut while a batch's key sets cross into a new journal segment
 
   CacheFiles files(kRegion, kBackingBytes);
   open_cache(files.options(/*format=*/true))->abandon();
-  std::unique_ptr<pmem::Region> view;
-  {
-    ForcedGranularity cache_line("CACHE_LINE");
-    pmem::RegionOptions region_options;
-    region_options.path = files.region.path();
-    region_options.min_size = 0;
-    view = std::move(pmem::Region::open(region_options).value());
-  }
+  const std::unique_ptr<pmem::Region> view = open_view(files.region.path());
   pmem::PersistenceSimulator simulator(*view);
   CutAtEachFence observer(simulator);
   CrashModel model(kDeviceSectors);
@@ -534,7 +520,7 @@ TEST_CASE("a control slot torn by a power cut is rewritten before the next updat
   uint64_t at = 1;
   for (;; ++at) {
     const RecoveredCopy copy(image, backing);
-    const std::unique_ptr<pmem::Region> view = open_view(copy);
+    const std::unique_ptr<pmem::Region> view = open_view(copy.files.region.path());
     pmem::PersistenceSimulator simulator(*view);
     pmem::PersistenceSimulator::PowerCut cut;
     cut.keep_unpersisted = 1.0;
