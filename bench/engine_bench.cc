@@ -138,9 +138,18 @@ Cell run_cell(cache::Cache& cache, const std::string& op, const std::string& pat
   return cell;
 }
 
-// Raw copy bandwidth of the region at a size: NT copy + fence (what a write costs at least) and
-// plain memcpy out of the region (what a cached read costs at least).
-std::pair<double, double> raw_copy(const std::string& region_path, uint32_t block) {
+// Raw copy bandwidth of the region at a size, the references the engine is measured against:
+// - nt_mib_s: NT copy + fence, what a write costs at least;
+// - ordered_mib_s: NT copy + fence, then one 64-byte line + fence: what a write costs at least when
+//   its key (a key set of one line, appended like a journal) must not be durable before its data;
+// - read_mib_s: plain memcpy out of the region, what a cached read costs at least.
+struct RawCopy {
+  double nt_mib_s = 0;
+  double ordered_mib_s = 0;
+  double read_mib_s = 0;
+};
+
+RawCopy raw_copy(const std::string& region_path, uint32_t block) {
   pmem::RegionOptions options;
   options.path = region_path;
   options.min_size = 0;
@@ -148,29 +157,41 @@ std::pair<double, double> raw_copy(const std::string& region_path, uint32_t bloc
   pmem::CopyPolicy policy(pmem::PolicyTable{}, "bench");
   pmem::PmemWriter writer(*region, policy);
   std::vector<std::byte> source(block, std::byte{1});
+  // The key lines cycle through the first MiB of the data area, the copies go to the rest.
+  constexpr uint64_t kKeyArea = 1 * MiB;
+  const uint64_t key_area_offset = format::kDataStart;
   pmem::MeterOptions meter;
-  meter.area_offset = format::kDataStart;
-  meter.area_length = std::min<uint64_t>(256 * MiB, region->size() - format::kDataStart);
+  meter.area_offset = format::kDataStart + kKeyArea;
+  meter.area_length = std::min<uint64_t>(256 * MiB, region->size() - meter.area_offset);
   // A fresh mapping faults on the first touch of each page; the engine's mapping had long been
   // touched when it was measured, so the reference must be too.
   volatile std::byte sink_byte{};
-  for (uint64_t offset = 0; offset < meter.area_length; offset += 4096) {
-    sink_byte = region->base()[meter.area_offset + offset];
+  for (uint64_t offset = 0; offset < kKeyArea + meter.area_length; offset += 4096) {
+    sink_byte = region->base()[key_area_offset + offset];
   }
   (void)sink_byte;
   meter.rounds = 5;
-  const auto nt = pmem::measure_copy_throughput(
+  const std::byte key_line[64] = {};
+  uint64_t key_cursor = 0;
+  const auto writes = pmem::measure_copy_throughput(
       {[&](uint64_t offset, const void* src, size_t len) {
-        writer.copy_nodrain(offset, src, len, pmem::CopyMethod::NonTemporal);
-        writer.drain();
-      }},
+         writer.copy_nodrain(offset, src, len, pmem::CopyMethod::NonTemporal);
+         writer.drain();
+       },
+       [&](uint64_t offset, const void* src, size_t len) {
+         writer.copy_nodrain(offset, src, len, pmem::CopyMethod::NonTemporal);
+         writer.drain();
+         writer.copy_nodrain(key_area_offset + key_cursor, key_line, sizeof key_line, pmem::CopyMethod::NonTemporal);
+         writer.drain();
+         key_cursor = (key_cursor + sizeof key_line) % kKeyArea;
+       }},
       source.data(), block, meter);
   std::byte* base = region->base();
   std::vector<std::byte> sink(block);
   const auto read = pmem::measure_copy_throughput(
       {[&](uint64_t offset, const void*, size_t len) { std::memcpy(sink.data(), base + offset, len); }}, source.data(),
       block, meter);
-  return {nt->front(), read->front()};
+  return {writes->at(0), writes->at(1), read->front()};
 }
 
 // DRAM per extent: what the index's trees hold for many non-adjacent 4 KiB extents, inserted in
@@ -259,8 +280,10 @@ double zipf_hit_ratio(const std::string& gc_policy, uint64_t reads) {
 // the round with the median running ratio.
 struct WriteGoal {
   double nt_mib_s = 0;       // the reference, median of the rounds
+  double ordered_mib_s = 0;  // the ordered (data, then key) reference, median of the rounds
   double held_ratio = 0;     // writeback held back
   double running_ratio = 0;  // writeback running
+  double held_vs_ordered = 0;
   Cell held, running;
 };
 
@@ -274,13 +297,15 @@ WriteGoal measure_write_goal(uint64_t writes, unsigned rounds) {
   TempFile region("wb-region", region_size);
   TempFile backing("wb-backing", region_size);
   struct Round {
-    double nt, held_ratio, running_ratio;
+    double nt, ordered, held_ratio, running_ratio;
     Cell held, running;
   };
   std::vector<Round> results;
   for (unsigned round = 0; round < rounds; ++round) {
     Round r{};
-    r.nt = raw_copy(region.path(), 4096).first;
+    const RawCopy reference = raw_copy(region.path(), 4096);
+    r.nt = reference.nt_mib_s;
+    r.ordered = reference.ordered_mib_s;
     for (bool held_back : {true, false}) {
       cache::CacheOptions options = bench_options(region.path(), backing.path(), region_size);
       options.force = true;  // each run formats over the last
@@ -297,13 +322,15 @@ WriteGoal measure_write_goal(uint64_t writes, unsigned rounds) {
     }
     results.push_back(r);
   }
-  std::vector<double> nt, held, running;
+  std::vector<double> nt, ordered, held, running, held_vs_ordered;
   for (const Round& r : results) {
     nt.push_back(r.nt);
+    ordered.push_back(r.ordered);
     held.push_back(r.held_ratio);
     running.push_back(r.running_ratio);
+    held_vs_ordered.push_back(r.held_ratio * r.nt / r.ordered);
   }
-  WriteGoal goal{median_of(nt), median_of(held), median_of(running), {}, {}};
+  WriteGoal goal{median_of(nt), median_of(ordered), median_of(held), median_of(running), median_of(held_vs_ordered), {}, {}};
   const Round& middle = *std::find_if(results.begin(), results.end(),
                                       [&](const Round& r) { return r.running_ratio == goal.running_ratio; });
   goal.held = middle.held;
@@ -327,7 +354,7 @@ std::pair<double, double> measure_read_goal(uint64_t reads, unsigned rounds) {
   std::memset(aligned, 0x3C, MiB);
   auto* data = static_cast<std::byte*>(aligned);
   for (unsigned round = 0; round < rounds; ++round) {
-    const double reference = raw_copy(region.path(), 4096).second;
+    const double reference = raw_copy(region.path(), 4096).read_mib_s;
     cache::CacheOptions options = bench_options(region.path(), backing.path(), region_size);
     options.force = true;  // each round formats over the last
     auto cache = cache::Cache::open(options).value();
@@ -441,7 +468,9 @@ int main(int argc, char** argv) {
   if (!cache->detach(false).ok()) return 1;
   cache.reset();
 
-  const auto [nt_4k, read_4k] = raw_copy(region.path(), 4096);
+  const RawCopy raw = raw_copy(region.path(), 4096);
+  const double nt_4k = raw.nt_mib_s;
+  const double read_4k = raw.read_mib_s;
 
   // Recovery of a full cache: fill it with dirty data that cannot be written back, then crash.
   double recovery_seconds = 0;
@@ -501,9 +530,12 @@ int main(int argc, char** argv) {
     nlohmann::json doc = {{"benchmark", "engine"},
                           {"region_bytes", region_size},
                           {"copy_policy", policy},
-                          {"reference", {{"nt_copy_4k_mib_per_s", nt_4k}, {"memcpy_read_4k_mib_per_s", read_4k}}},
+                          {"reference", {{"nt_copy_4k_mib_per_s", nt_4k},
+                                         {"nt_copy_then_key_line_4k_mib_per_s", raw.ordered_mib_s},
+                                         {"memcpy_read_4k_mib_per_s", read_4k}}},
                           {"cells", rows},
                           {"ratios", {{"write_4k_random_vs_nt_copy", write_goal.held_ratio},
+                                      {"write_4k_random_vs_nt_copy_then_key_line", write_goal.held_vs_ordered},
                                       {"write_4k_random_writeback_running_vs_nt_copy", write_goal.running_ratio},
                                       {"write_4k_random_batched_vs_nt_copy", batched_write_ratio},
                                       {"write_4k_random_sustained_vs_nt_copy", sustained_write_ratio},
@@ -513,6 +545,7 @@ int main(int argc, char** argv) {
                           {"index_bytes_per_extent", bytes_per_extent},
                           {"zipf_hit_ratio", {{"reads", zipf_reads}, {"fifo", zipf_fifo}, {"cost_benefit", zipf_cost}}},
                           {"write_goal", {{"rounds", kGoalRounds}, {"nt_copy_4k_mib_per_s", write_goal.nt_mib_s},
+                                          {"nt_copy_then_key_line_4k_mib_per_s", write_goal.ordered_mib_s},
                                           {"held_back_iops", writeback_held.iops()}}},
                           {"writeback_interference",
                            {{"writes", writeback_running.ops},
@@ -539,11 +572,15 @@ int main(int argc, char** argv) {
   }
   std::printf("\nreference (same region, same run): NT copy + fence 4 KiB random %.0f MiB/s, memcpy out 4 KiB %.0f MiB/s\n",
               nt_4k, read_4k);
+  std::printf("  NT copy + fence, then a 64-byte key line + fence (data durable before its key) %.0f MiB/s: %.2f of "
+              "NT copy\n",
+              raw.ordered_mib_s, raw.ordered_mib_s / nt_4k);
   std::printf("4 KiB random write into free cache space, 1 queue, median of %u rounds (each against its own reference, "
               "NT copy + fence %.0f MiB/s):\n",
               kGoalRounds, write_goal.nt_mib_s);
-  std::printf("  writeback held back (the write path per core): %.0f IOPS, %.2f of raw NT copy (goal >= 0.60)\n",
-              writeback_held.iops(), write_goal.held_ratio);
+  std::printf("  writeback held back (the write path per core): %.0f IOPS, %.2f of raw NT copy (goal >= 0.60), "
+              "%.2f of NT copy then key line\n",
+              writeback_held.iops(), write_goal.held_ratio, write_goal.held_vs_ordered);
   std::printf("  writeback running on the other core:           %.0f IOPS, %.2f of raw NT copy\n",
               writeback_running.iops(), write_goal.running_ratio);
   std::printf("  in batches of %u (ublk at QD %u), writeback running: %.0f IOPS, %.2f of raw NT copy\n", kBatch, kBatch,

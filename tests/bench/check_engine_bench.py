@@ -15,6 +15,7 @@ for cell in cells:
     assert cell["iops"] > 0 and cell["mib_per_s"] > 0, cell
     assert 0 < cell["p50_us"] <= cell["p99_us"] <= cell["p999_us"], cell
 assert doc["reference"]["nt_copy_4k_mib_per_s"] > 0
+assert doc["reference"]["nt_copy_then_key_line_4k_mib_per_s"] > 0, doc["reference"]
 assert doc["recovery"]["keys"] > 0 and doc["recovery"]["seconds"] > 0
 assert 0 < doc["index_bytes_per_extent"] < 200
 zipf = doc["zipf_hit_ratio"]
@@ -29,6 +30,8 @@ ratios = doc["ratios"]
 assert ratios["write_4k_random_vs_nt_copy"] > 0 and ratios["write_4k_random_writeback_running_vs_nt_copy"] > 0, ratios
 goal = doc["write_goal"]
 assert goal["rounds"] >= 1 and goal["nt_copy_4k_mib_per_s"] > 0 and goal["held_back_iops"] > 0, goal
+assert goal["nt_copy_then_key_line_4k_mib_per_s"] > 0 and ratios["write_4k_random_vs_nt_copy_then_key_line"] > 0, goal
+assert "then a 64-byte key line + fence (data durable before its key)" in table, table
 assert "4 KiB random write into free cache space, 1 queue, median of" in table, table
 assert ratios["read_4k_random_vs_copy"] > 0 and doc["read_goal"]["memcpy_read_4k_mib_per_s"] > 0, doc["read_goal"]
 assert "4 KiB random read hit, 1 queue, writeback quiet, median of" in table, table
