@@ -11,7 +11,7 @@ packages=(
   g++ clang libclang-rt-14-dev meson ninja-build pkg-config python3
   # libraries named by the design
   liburing-dev libpmem2-dev libndctl-dev libdaxctl-dev libspdlog-dev libfmt-dev libcli11-dev
-  nlohmann-json3-dev catch2 libabsl-dev libsystemd-dev prometheus-cpp-dev
+  nlohmann-json3-dev catch2 libabsl-dev libsystemd-dev prometheus-cpp-dev libxxhash-dev
   # promtool checks the metrics
   prometheus
   # checks of the systemd unit (systemd-analyze verify looks up the man pages it names)

@@ -231,14 +231,18 @@ Result<Engine::RegionVerdict> Engine::examine_region(const CacheOptions& options
     Superblock sb = copies[good].value();
     bool repair = !copies[good ^ 1].ok();
     if (!repair && !(copies[good ^ 1].value() == sb)) {
-      // Flags change after format: copy 0 first, then copy 1. A crash between the two leaves
-      // copies that differ in flags only, and copy 0 is the newer.
-      Superblock other = copies[good ^ 1].value();
+      // Flags and the format version (an upgrade) change after format: copy 0 first, then copy 1.
+      // A crash between the two leaves copies that differ in those only, and copy 0 is the newer.
+      sb = copies[0].value();
+      Superblock other = copies[1].value();
       other.flags = sb.flags;
+      other.version = sb.version;
       if (!(other == sb)) {
         return Status::error(EBADMSG, "pmem region " + path + ": the two superblock copies disagree; refusing to attach");
       }
-      spdlog::warn("pmem region {}: superblock copies differ in their flags (an update cut short); taking copy 0", path);
+      spdlog::warn("pmem region {}: superblock copies differ in their flags or format version (an update cut short); "
+                   "taking copy 0",
+                   path);
       repair = true;
     }
     if (repair && !copies[good ^ 1].ok()) {
@@ -317,6 +321,15 @@ Result<std::unique_ptr<Engine>> Engine::open(const CacheOptions& options) {
                                       : format_region(options, *region.value(), *backing.value(), writer);
   if (!superblock.ok()) return superblock.status();
   if (verdict->repair_copy >= 0) write_superblock_copy(writer, superblock.value(), verdict->repair_copy);
+  if (superblock->version < format::kFormatVersion) {
+    // Before the first key set of the new format is written: a pcached that reads only the old
+    // version then refuses the cache as newer, rather than as damaged.
+    spdlog::info("pmem region {}: upgrading the cache's format from version {} to {}", options.region_path,
+                 superblock->version, format::kFormatVersion);
+    superblock->version = format::kFormatVersion;
+    write_superblock_copy(writer, superblock.value(), 0);
+    write_superblock_copy(writer, superblock.value(), 1);
+  }
   if (options.allow_volatile_writeback && !recorded) {
     superblock->flags |= Superblock::kAllowVolatileWriteback;
     write_superblock_copy(writer, superblock.value(), 0);

@@ -138,6 +138,8 @@ bool JournalReader::next(std::vector<format::Key>& keys, const JournalPosition* 
       if (!follow_link(header->link_segment, header->link_generation)) return false;
       continue;
     }
+    last_record_ = position_;
+    last_header_ = *header;
     position_.offset += static_cast<uint32_t>(format::encoded_key_set_size(keys.size()));
     segments_.back().max_seq = std::max(segments_.back().max_seq, keys.back().seq);
     return true;

@@ -65,6 +65,9 @@ class JournalReader {
   const std::vector<ChainSegment>& segments() const { return segments_; }
   JournalEnd end() const { return end_; }
   const std::string& damage() const { return damage_; }
+  // The key set next() returned last: where it starts and its header.
+  JournalPosition last_record() const { return last_record_; }
+  const format::KeySetHeader& last_header() const { return last_header_; }
 
  private:
   bool follow_link(uint32_t segment, uint32_t generation);
@@ -83,6 +86,8 @@ class JournalReader {
   uint32_t buffer_segment_ = UINT32_MAX;
   JournalEnd end_ = JournalEnd::Clean;
   std::string damage_;
+  JournalPosition last_record_;
+  format::KeySetHeader last_header_;
 };
 
 // Appends key sets to one journal; owned by one queue thread.

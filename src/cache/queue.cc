@@ -8,6 +8,7 @@
 
 #include "cache/writeback.h"
 #include "format/crc32c.h"
+#include "format/data_hash.h"
 #include "format/layout.h"
 
 namespace pcached::cache {
@@ -238,9 +239,12 @@ bool EngineQueue::place(uint32_t sectors, bool wait, Placement& placement) {
     open_generation_ = engine_.segments_->info(*segment).generation;
     open_offset_ = format::kSegmentHeaderSize;
     engine_.activity_.touch(engine_.superblock_.segment_offset(open_segment_));
-    // The new generation goes to the media before any key can name it (the caller drains).
+    // The new generation is durable before any key can name it: a key and its data share a fence,
+    // and replay takes a key whose segment lacks its generation for damage. (One more fence per
+    // segment; a write's data and key need none of their own.)
     write_segment_header(writer_, engine_.superblock_, open_segment_,
                          {format::SegmentType::Data, open_generation_, open_segment_, 0});
+    writer_.drain();
   }
   const uint64_t room = (segment_size - open_offset_) / kSectorSize;
   placement = {open_segment_, open_generation_, static_cast<uint32_t>(open_offset_ / kSectorSize),
@@ -264,11 +268,12 @@ void EngineQueue::number(std::vector<format::Key>& keys) {
 void EngineQueue::commit(std::vector<format::Key>& keys) {
   // Encoded while the data's streaming stores drain.
   journal_.stage(writer_, keys);
-  // Ordering: data (and any new segment header or journal link) durable before the keys are
-  // written, so a key that survives a power cut never points at torn data.
-  writer_.drain();
+  // Data and key set share one fence: the key set carries the digest of its data, and replay
+  // checks it for the journal's last key set, the only one a power cut can leave durable over
+  // torn data (that of a write never acknowledged). Any further key set of a large batch is
+  // written after a fence (write_staged), by which the data is durable too.
   journal_.write_staged(writer_);
-  // The keys are durable after this fence; only now may the writes be acknowledged.
+  // The data and keys are durable after this fence; only now may the writes be acknowledged.
   writer_.drain();
   for (const format::Key& key : keys) {
     if (key.kind == format::KeyKind::Discard) {
@@ -341,6 +346,9 @@ void EngineQueue::copy_write(const Request& request, size_t first_key) {
     const std::byte* source = request.buffer + (keys_[i].sector - request.sector) * kSectorSize;
     const uint64_t bytes = uint64_t{keys_[i].sectors} * kSectorSize;
     writer_.copy_nodrain(location_of(keys_[i]), source, bytes);
+    // Hashed after the copy is issued, while its streaming stores drain (where it costs next to
+    // nothing); the key set carries the digest, which replay checks (see commit()).
+    keys_[i].data_hash = format::data_hash(source, bytes);
     if (i + 1 < keys_.size() && keys_[i + 1].kind == format::KeyKind::Checksum) {
       keys_[i + 1].sector = format::crc32c(0, source, bytes);
     }
@@ -369,7 +377,7 @@ int EngineQueue::write(const Request& request, format::KeyKind kind) {
 void EngineQueue::commit_staged_writes() {
   if (staged_.empty()) return;
   if (!keys_.empty()) {
-    // One fence for all the batch's data, then one for its keys.
+    // One fence for all the batch's data and its keys.
     number(keys_);
     commit(keys_);
   }

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <map>
 
 #include "cache/engine.h"
 #include "format/control_area.h"
+#include "format/data_hash.h"
 #include "format/layout.h"
 
 namespace pcached::cache {
@@ -24,6 +26,29 @@ struct ControlRead {
   format::CurrentControl current;
   bool other_slot_current;  // the other slot holds the same state, whole
 };
+
+// Whether a HashedKeys set's data is provably not what its digest says: every data key points
+// where its data can be (in_place) and the data reads back, and the digest differs. (A key that
+// does not point into a segment of its generation is left for the checks that refuse the cache as
+// damaged; data that cannot be read keeps its key, whose reads then fail rather than serve older
+// data.)
+bool data_torn(const pmem::Region& region, const format::Superblock& sb, std::span<const format::Key> keys,
+               uint64_t digest, const std::function<bool(const format::Key&)>& in_place) {
+  std::vector<uint64_t> hashes;
+  std::vector<std::byte> data;
+  for (const format::Key& key : keys) {
+    if (!format::has_data(key.kind)) continue;
+    const uint64_t bytes = uint64_t{key.sectors} * format::kSectorSize;
+    if (!in_place(key)) return false;
+    data.resize(bytes);
+    if (!region.read(sb.segment_offset(key.segment) + uint64_t{key.offset_sectors} * format::kSectorSize, data.data(), bytes)
+             .ok()) {
+      return false;
+    }
+    hashes.push_back(format::data_hash(data.data(), bytes));
+  }
+  return format::data_digest(hashes) != digest;
+}
 
 Result<ControlRead> read_control(const pmem::Region& region, const format::Superblock& sb) {
   Result<format::ControlArea> slots[2] = {Status::error(EIO, "unread"), Status::error(EIO, "unread")};
@@ -77,6 +102,16 @@ Status Engine::recover() {
     }
     segments_->at(segment).generation = headers[segment].generation;
   }
+  auto in_range = [&](const format::Key& key) {
+    return key.segment < superblock_.segment_count &&
+           uint64_t{key.offset_sectors} * format::kSectorSize >= format::kSegmentHeaderSize &&
+           (uint64_t{key.offset_sectors} + key.sectors) * format::kSectorSize <= superblock_.segment_size;
+  };
+  // Whether a data key points into a data segment of its generation, where its data can be.
+  auto in_place = [&](const format::Key& key) {
+    return in_range(key) && !header_damaged[key.segment] && headers[key.segment].type == format::SegmentType::Data &&
+           headers[key.segment].generation == key.generation;
+  };
 
   // Read every journal from its head. Keys below the clean horizon are already on the backing
   // device and are not needed.
@@ -95,11 +130,15 @@ Status Engine::recover() {
     JournalReader reader(*region_, superblock_, slot,
                          {head.segment, head.generation, static_cast<uint32_t>(format::kSegmentHeaderSize)});
     ReplayedJournal replayed{slot, {}, {}};
+    size_t last_record_live = live.size();  // where the last key set's live keys begin
+    std::vector<format::Key> last_record;
     while (reader.next(batch)) {
+      last_record_live = live.size();
       for (const format::Key& key : batch) {
         next_seq = std::max(next_seq, key.seq + 1);
         if (key.seq >= control.clean_horizon) live.push_back(key);
       }
+      std::swap(batch, last_record);
     }
     if (reader.end() == JournalEnd::Damaged) {
       return Status::error(EBADMSG, where + ": " + reader.damage() + "; refusing to attach rather than lose the keys after it");
@@ -110,6 +149,19 @@ Status Engine::recover() {
     }
     replayed.chain = reader.segments();
     replayed.end = reader.position();
+    // The journal's last key set is the only one whose data may not have been durable when it was
+    // (they share a fence); if that data is torn, the fence never completed and none of its writes
+    // was acknowledged. Its keys go, and writeback stops before it. (A key set the horizon has
+    // reached was acknowledged long ago, and its data may have been reclaimed since.)
+    if (!last_record.empty() && reader.last_header().kind == format::KeySetKind::HashedKeys &&
+        last_record.front().seq >= control.clean_horizon &&
+        data_torn(*region_, superblock_, last_record, reader.last_header().data_digest, in_place)) {
+      spdlog::warn("{}: journal {}: the data of the last key set (sequence numbers {}..{}) was torn by a crash before "
+                   "its writes were acknowledged; they are dropped",
+                   where, slot, last_record.front().seq, last_record.back().seq);
+      live.resize(last_record_live);
+      replayed.end = reader.last_record();
+    }
     journals.push_back(std::move(replayed));
   }
 
@@ -151,16 +203,10 @@ Status Engine::recover() {
       }
       continue;
     }
-    const bool in_range = key.segment < superblock_.segment_count &&
-                          uint64_t{key.offset_sectors} * format::kSectorSize >= format::kSegmentHeaderSize &&
-                          (uint64_t{key.offset_sectors} + key.sectors) * format::kSectorSize <= superblock_.segment_size;
-    const bool matches = in_range && !header_damaged[key.segment] &&
-                         headers[key.segment].type == format::SegmentType::Data &&
-                         headers[key.segment].generation == key.generation;
-    if (!matches) {
-      // The data phase of a write (segment header included) is fenced before its key is written,
-      // so a durable key whose segment does not carry its generation is damage, not a crash.
-      const std::string why = !in_range                      ? "points outside its segment"
+    if (!in_place(key)) {
+      // A segment's new generation is durable before any key names it, so a durable key whose
+      // segment does not carry its generation is damage, not a crash.
+      const std::string why = !in_range(key)                 ? "points outside its segment"
                               : header_damaged[key.segment] ? "points into segment " + std::to_string(key.segment) +
                                                                    ", whose header is damaged"
                                                              : "points into segment " + std::to_string(key.segment) +

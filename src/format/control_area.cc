@@ -39,7 +39,10 @@ Result<ControlArea> decode_control_area(std::span<const std::byte, kControlSize>
   const uint32_t stored_crc = r.get<uint32_t>();
   if (stored_crc != checksum(in, salt)) return Status::error(EBADMSG, "checksum mismatch (torn, damaged, or from an earlier format)");
   const uint32_t version = r.get<uint32_t>();
-  if (version != kFormatVersion) return Status::error(EBADMSG, "control-area version " + std::to_string(version));
+  // The layout is the same in every version so far; a cache being upgraded still has older slots.
+  if (version == 0 || version > kFormatVersion) {
+    return Status::error(EBADMSG, "control-area version " + std::to_string(version));
+  }
   ControlArea control;
   control.flags = r.get<uint32_t>();
   control.update_seq = r.get<uint64_t>();

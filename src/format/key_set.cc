@@ -5,6 +5,7 @@
 #include <string>
 
 #include "format/crc32c.h"
+#include "format/data_hash.h"
 #include "format/endian.h"
 
 namespace pcached::format {
@@ -18,16 +19,20 @@ uint32_t checksum(std::span<const std::byte> record, size_t keys, uint32_t salt)
   return crc32c_skipping_field(salt, record.data(), kKeySetHeaderSize + keys * kKeySize, kCrcOffset);
 }
 
+// Bytes 24-31 hold the link's target in a link, the data digest in a HashedKeys set.
 void write_header(std::span<std::byte> out, const KeySetHeader& header) {
-  FieldWriter(out.data())
-      .put<uint32_t>(kKeySetMagic)
+  FieldWriter writer(out.data());
+  writer.put<uint32_t>(kKeySetMagic)
       .put<uint32_t>(0)
       .put<uint32_t>(header.journal_generation)
       .put<uint16_t>(header.count)
       .put<uint16_t>(static_cast<uint16_t>(header.kind))
-      .put<uint64_t>(header.first_seq)
-      .put<uint32_t>(header.link_segment)
-      .put<uint32_t>(header.link_generation);
+      .put<uint64_t>(header.first_seq);
+  if (header.kind == KeySetKind::HashedKeys) {
+    writer.put<uint64_t>(header.data_digest);
+  } else {
+    writer.put<uint32_t>(header.link_segment).put<uint32_t>(header.link_generation);
+  }
 }
 
 void seal(std::span<std::byte> out, size_t keys, size_t encoded, uint32_t salt) {
@@ -45,7 +50,13 @@ size_t encode_keys(std::span<const Key> keys, uint32_t journal_generation, uint3
   const size_t encoded = encoded_key_set_size(keys.size());
   assert(out.size() >= encoded);
   KeySetHeader header;
-  header.kind = KeySetKind::Keys;
+  uint64_t hashes[kMaxKeysPerSet];
+  size_t data_keys = 0;
+  for (const Key& key : keys) {
+    if (has_data(key.kind)) hashes[data_keys++] = key.data_hash;
+  }
+  header.kind = data_keys > 0 ? KeySetKind::HashedKeys : KeySetKind::Keys;
+  if (data_keys > 0) header.data_digest = data_digest(std::span<const uint64_t>(hashes, data_keys));
   header.count = static_cast<uint16_t>(keys.size());
   header.journal_generation = journal_generation;
   header.first_seq = keys.front().seq;
@@ -91,11 +102,15 @@ Result<KeySetHeader> decode_key_set(std::span<const std::byte> in, uint32_t jour
   header.count = r.get<uint16_t>();
   header.kind = static_cast<KeySetKind>(r.get<uint16_t>());
   header.first_seq = r.get<uint64_t>();
-  header.link_segment = r.get<uint32_t>();
-  header.link_generation = r.get<uint32_t>();
-  if (header.kind != KeySetKind::Keys && header.kind != KeySetKind::Link) return damaged("unknown kind");
-  const size_t count = header.kind == KeySetKind::Keys ? header.count : 0;
-  if (header.kind == KeySetKind::Keys && (count == 0 || count > kMaxKeysPerSet)) {
+  if (header.kind == KeySetKind::HashedKeys) {
+    header.data_digest = r.get<uint64_t>();
+  } else {
+    header.link_segment = r.get<uint32_t>();
+    header.link_generation = r.get<uint32_t>();
+  }
+  if (!holds_keys(header.kind) && header.kind != KeySetKind::Link) return damaged("unknown kind");
+  const size_t count = holds_keys(header.kind) ? header.count : 0;
+  if (holds_keys(header.kind) && (count == 0 || count > kMaxKeysPerSet)) {
     return damaged("key count " + std::to_string(count));
   }
   if (header.kind == KeySetKind::Link && header.count != 0) return damaged("link with keys");

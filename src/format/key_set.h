@@ -39,10 +39,22 @@ struct Key {
   uint32_t segment = 0;
   uint32_t offset_sectors = 0;
   uint32_t generation = 0;  // of the data segment when the data was written
-  bool operator==(const Key&) const = default;
+  // Write and written-through: data_hash() of the data. Kept in DRAM only; the key set records
+  // the digest of its keys' hashes (see data_hash.h), so a decoded key has 0 here.
+  uint64_t data_hash = 0;
+  // What the key says (its encoded fields); data_hash is not among them.
+  bool operator==(const Key& other) const {
+    return sector == other.sector && sectors == other.sectors && kind == other.kind && seq == other.seq &&
+           segment == other.segment && offset_sectors == other.offset_sectors && generation == other.generation;
+  }
 };
 
-enum class KeySetKind : uint16_t { Keys = 1, Link = 2 };
+// Keys: a key set of format version 1, whose data was durable before it was written. HashedKeys
+// (version 2): a key set with at least one data key, carrying the digest of their data; the data
+// and the key set become durable at the same fence.
+enum class KeySetKind : uint16_t { Keys = 1, Link = 2, HashedKeys = 3 };
+
+inline bool holds_keys(KeySetKind kind) { return kind == KeySetKind::Keys || kind == KeySetKind::HashedKeys; }
 
 struct KeySetHeader {
   KeySetKind kind = KeySetKind::Keys;
@@ -51,6 +63,7 @@ struct KeySetHeader {
   uint64_t first_seq = 0;           // Keys: keys[0].seq
   uint32_t link_segment = 0;        // Link: the journal's next segment
   uint32_t link_generation = 0;
+  uint64_t data_digest = 0;         // HashedKeys: data_digest() of its data keys' hashes
 };
 
 constexpr size_t encoded_key_set_size(size_t keys) {
@@ -58,7 +71,8 @@ constexpr size_t encoded_key_set_size(size_t keys) {
 }
 
 // Writes a key set of 1..kMaxKeysPerSet keys (sequence numbers strictly increasing) into out,
-// which must hold encoded_key_set_size(keys.size()) bytes; returns the bytes written.
+// which must hold encoded_key_set_size(keys.size()) bytes; returns the bytes written. With data
+// keys among them it is a HashedKeys set, its digest made of their data_hash fields.
 size_t encode_keys(std::span<const Key> keys, uint32_t journal_generation, uint32_t salt, std::span<std::byte> out);
 size_t encode_link(uint32_t next_segment, uint32_t next_generation, uint32_t journal_generation, uint32_t salt,
                    std::span<std::byte> out);

@@ -17,7 +17,9 @@
 
 namespace pcached::format {
 
-inline constexpr uint32_t kFormatVersion = 1;
+// 2: key sets with data carry its digest (KeySetKind::HashedKeys), and data and key share a fence.
+// A version 1 cache is upgraded when it is attached (its key sets are still read as they are).
+inline constexpr uint32_t kFormatVersion = 2;
 
 inline constexpr uint64_t kBlockSize = 4096;
 inline constexpr uint64_t kSectorSize = 512;

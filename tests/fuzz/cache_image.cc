@@ -145,7 +145,7 @@ void reseal(std::span<std::byte> image) {
       std::byte* record = at + offset;
       const uint16_t count = load_le<uint16_t>(record + 12);
       const uint16_t kind = load_le<uint16_t>(record + 14);
-      const bool keys = kind == static_cast<uint16_t>(format::KeySetKind::Keys) && count >= 1 &&
+      const bool keys = format::holds_keys(static_cast<format::KeySetKind>(kind)) && count >= 1 &&
                         count <= format::kMaxKeysPerSet;
       const bool link = kind == static_cast<uint16_t>(format::KeySetKind::Link);
       const size_t n = keys ? count : 0;

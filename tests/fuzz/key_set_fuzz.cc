@@ -4,6 +4,7 @@
 // sequence numbers strictly increasing from first_seq), and re-encode to the same record.
 //   input: [flags] [salt, u32 LE] [journal generation, u32 LE] [record bytes: the rest]
 //   flags bit 0: compute the record's checksum first (when its header makes a size of it).
+#include <algorithm>
 #include <vector>
 
 #include "format/crc32c.h"
@@ -23,7 +24,9 @@ void seal(std::vector<std::byte>& bytes, uint32_t salt) {
   if (bytes.size() < kKeySetHeaderSize) return;
   const uint16_t count = load_le<uint16_t>(bytes.data() + 12);
   const uint16_t kind = load_le<uint16_t>(bytes.data() + 14);
-  const size_t keys = kind == static_cast<uint16_t>(KeySetKind::Keys) ? count : 0;
+  const size_t keys = kind == static_cast<uint16_t>(KeySetKind::Keys) || kind == static_cast<uint16_t>(KeySetKind::HashedKeys)
+                          ? count
+                          : 0;
   if (kKeySetHeaderSize + keys * kKeySize > bytes.size()) return;
   store_le<uint32_t>(bytes.data() + kCrcOffset,
                      crc32c_skipping_field(salt, bytes.data(), kKeySetHeaderSize + keys * kKeySize, kCrcOffset));
@@ -53,6 +56,9 @@ void write_seeds(const char* root) {
   for (uint64_t i = 0; i < kMaxKeysPerSet; ++i) keys.push_back({i * 8, 8, KeyKind::Write, 1000 + i, 1, 8 + 8 * uint32_t(i), 1});
   size = encode_keys(keys, kGeneration, kSalt, record);
   save("full", 0, std::span(record.data(), size));
+  keys = {{0, 1, KeyKind::Zero, 42, 0, 0, 0}, {4096, 64, KeyKind::Discard, 43, 0, 0, 0}};
+  size = encode_keys(keys, kGeneration, kSalt, record);
+  save("no-data-keys", 0, std::span(record.data(), size));  // a set without a digest
   size = encode_link(9, 4, kGeneration, kSalt, record);
   save("link", 0, std::span(record.data(), size));
   size = encode_link(9, 4, kGeneration - 1, kSalt, record);
@@ -97,7 +103,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(link->link_segment == header->link_segment && link->link_generation == header->link_generation);
     return 0;
   }
-  FUZZ_CHECK(header->kind == KeySetKind::Keys);
+  FUZZ_CHECK(header->kind == KeySetKind::Keys || header->kind == KeySetKind::HashedKeys);
   FUZZ_CHECK(!decoded.empty() && decoded.size() == header->count && decoded.size() <= kMaxKeysPerSet);
   FUZZ_CHECK(decoded.front().seq == header->first_seq);
   for (size_t i = 0; i < decoded.size(); ++i) {
@@ -111,7 +117,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t encoded = encode_keys(decoded, generation, salt, again);
   FUZZ_CHECK(encoded == encoded_key_set_size(decoded.size()));
   auto keys_again = decode_key_set(std::span(again.data(), encoded), generation, salt, round_trip);
-  FUZZ_CHECK(keys_again.ok() && keys_again->kind == KeySetKind::Keys && keys_again->first_seq == header->first_seq);
+  // Written again, a set with data keys carries a digest (of the hashes a writer would have set;
+  // decoded keys have none), one without does not.
+  const bool any_data = std::any_of(decoded.begin(), decoded.end(), [](const Key& key) { return has_data(key.kind); });
+  FUZZ_CHECK(keys_again.ok() && keys_again->first_seq == header->first_seq);
+  FUZZ_CHECK(keys_again->kind == (any_data ? KeySetKind::HashedKeys : KeySetKind::Keys));
   FUZZ_CHECK(std::equal(decoded.begin(), decoded.end(), round_trip.begin(), round_trip.end()));
   return 0;
 }

@@ -1,4 +1,7 @@
 #include <catch2/catch.hpp>
+// The format says XXH3-64: the reference implementation, inlined here, is the oracle.
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 #include <cstring>
 #include <random>
 #include <string>
@@ -6,6 +9,7 @@
 
 #include "format/control_area.h"
 #include "format/crc32c.h"
+#include "format/data_hash.h"
 #include "format/key_set.h"
 #include "format/segment_header.h"
 #include "format/superblock.h"
@@ -38,6 +42,7 @@ std::vector<Key> sample_keys(size_t n, uint64_t first_seq) {
     key.segment = static_cast<uint32_t>(i);
     key.offset_sectors = static_cast<uint32_t>(8 * i + 8);
     key.generation = 77;
+    if (has_data(key.kind)) key.data_hash = 0x9E3779B97F4A7C15ull * (i + 1);
     keys.push_back(key);
   }
   return keys;
@@ -166,7 +171,13 @@ TEST_CASE("key sets round-trip, pad to cache lines, and end or fail cleanly", "[
     std::vector<Key> decoded;
     auto header = decode_key_set(buffer, generation, salt, decoded);
     REQUIRE(header.ok());
-    CHECK(header->kind == KeySetKind::Keys);
+    // Every sample has a write first: a set with data carries the digest of its data keys' hashes.
+    CHECK(header->kind == KeySetKind::HashedKeys);
+    std::vector<uint64_t> hashes;
+    for (const Key& key : keys) {
+      if (has_data(key.kind)) hashes.push_back(key.data_hash);
+    }
+    CHECK(header->data_digest == data_digest(hashes));
     CHECK(header->count == n);
     CHECK(decoded == keys);
     CHECK(decode_key_set(buffer, generation + 1, salt, decoded).status().code() == ENODATA);
@@ -188,6 +199,34 @@ TEST_CASE("key sets round-trip, pad to cache lines, and end or fail cleanly", "[
   CHECK(decode_key_set(std::span(buffer).first(100), generation, salt, out).status().code() == EBADMSG);
   std::vector<std::byte> zeros(64);
   CHECK(decode_key_set(zeros, generation, salt, out).status().code() == ENODATA);
+}
+
+TEST_CASE("a key set without data keys carries no digest", "[format][keyset]") {
+  std::vector<Key> keys = sample_keys(3, 40);
+  keys.erase(keys.begin());  // the write: a write-zeroes and a discard remain
+  std::vector<std::byte> buffer(encoded_key_set_size(keys.size()));
+  encode_keys(keys, 5, 6, buffer);
+  std::vector<Key> decoded;
+  auto header = decode_key_set(buffer, 5, 6, decoded);
+  REQUIRE(header.ok());
+  CHECK(header->kind == KeySetKind::Keys);
+  CHECK(header->data_digest == 0);
+  CHECK(decoded == keys);
+}
+
+TEST_CASE("data hashes are XXH3-64 on every CPU, and a digest is XXH3-64 of the hashes", "[format][keyset]") {
+  // format::data_hash picks an AVX2 build where it can; the format says XXH3-64, whatever built it.
+  std::vector<unsigned char> data(8192 + 3);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<unsigned char>(i * 131 + 7);
+  for (size_t len : {size_t{0}, size_t{1}, size_t{64}, size_t{512}, size_t{4096}, size_t{8192 + 3}}) {
+    INFO(len << " bytes");
+    CHECK(data_hash(data.data(), len) == XXH3_64bits(data.data(), len));
+  }
+  CHECK(data_hash(nullptr, 0) == 0x2D06800538D394C2ull);  // XXH3-64 of nothing, as published
+  const std::vector<uint64_t> hashes = {0x0102030405060708ull, 0x1112131415161718ull};
+  const unsigned char little_endian[16] = {8, 7, 6, 5, 4, 3, 2, 1, 0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11};
+  CHECK(data_digest(hashes) == XXH3_64bits(little_endian, sizeof little_endian));
+  CHECK(data_digest(std::span(hashes).first(1)) != data_digest(hashes));
 }
 
 TEST_CASE("a link record names the next segment", "[format][keyset]") {
