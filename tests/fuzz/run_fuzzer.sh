@@ -8,4 +8,6 @@ target=$1 seeds=$2 work=$3
 shift 3
 rm -rf "$work"
 mkdir -p "$work/corpus"
-exec "$target" -artifact_prefix="$work/" "$@" "$work/corpus" "$seeds"
+# libFuzzer reports a crash or a failed property with exit status 77 by default, which meson takes
+# for a skipped test: any finding must fail the test.
+exec "$target" -artifact_prefix="$work/" -error_exitcode=1 -timeout_exitcode=1 "$@" "$work/corpus" "$seeds"

@@ -48,9 +48,13 @@ void write_seeds(const char* root) {
   encode_superblock(sb, bytes);
   save("file-writearound", 0);
   sb = example();
-  sb.version = 2;
+  sb.version = kFormatVersion + 1;
   encode_superblock(sb, bytes);
   save("newer", 0);
+  sb = example();
+  sb.version = 1;  // older: attached and upgraded
+  encode_superblock(sb, bytes);
+  save("version-1", 0);
   sb = example();
   sb.segment_size = 3 * MiB;
   encode_superblock(sb, bytes);
@@ -80,7 +84,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   const Superblock& sb = decoded.value();
-  FUZZ_CHECK(sb.version == kFormatVersion);
+  FUZZ_CHECK(sb.version >= 1 && sb.version <= kFormatVersion);
   FUZZ_CHECK(sb.segment_offset(sb.segment_count) <= sb.region_size);
   std::array<std::byte, kSuperblockSize> again;
   encode_superblock(sb, again);
