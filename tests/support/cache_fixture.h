@@ -38,6 +38,14 @@ struct CacheFiles {
   }
 };
 
+// Writeback practically paused (1 byte/s, never idle): dirty data and pending discards stay as the
+// test leaves them until it flushes.
+inline cache::CacheOptions hold_writeback(cache::CacheOptions options) {
+  options.tunables.writeback_rate = 1;
+  options.tunables.writeback_idle_ms = 0;
+  return options;
+}
+
 inline std::unique_ptr<cache::Cache> open_cache(const cache::CacheOptions& options) {
   ForcedGranularity cache_line("CACHE_LINE");
   auto cache = cache::Cache::open(options);

@@ -179,10 +179,7 @@ TEST_CASE("a cache of format version 1 is upgraded when attached, also after an 
           "[cache][attach][upgrade]") {
   CacheFiles files(kRegionBytes, kBackingBytes);
   {
-    cache::CacheOptions held = files.options(true);
-    held.tunables.writeback_rate = 1;  // practically paused: the keys stay in the journal
-    held.tunables.writeback_idle_ms = 0;
-    auto cache = open_cache(held);
+    auto cache = open_cache(hold_writeback(files.options(true)));  // the keys stay in the journal
     auto queue = make_queue(*cache);
     for (uint64_t id = 1; id <= 3; ++id) {
       const auto data = pattern(id, 64 * id, 8);

@@ -177,11 +177,8 @@ TEST_CASE("a write whose data a crash tore under its durable key set is dropped 
   // Replay checks the last key set's data against its digest and drops it; earlier key sets were
   // durable, data and all, before the next one was begun.
   CacheFiles files(kRegionBytes, kBackingBytes);
-  cache::CacheOptions held = files.options(true);
-  held.tunables.writeback_rate = 1;  // practically paused: the writes stay dirty
-  held.tunables.writeback_idle_ms = 0;
   {
-    auto cache = open_cache(held);
+    auto cache = open_cache(hold_writeback(files.options(true)));  // the writes stay dirty
     auto queue = make_queue(*cache);
     const auto first = pattern(1, 100, 8);
     REQUIRE(queue->write(100, 8, first.data()) == 8 * 512);
@@ -541,10 +538,7 @@ TEST_CASE("a discarded range reads as zeros until writeback has passed the disca
   // with that saw a sector half old data, half zeros: data no write ever put there. A pending
   // discard's sectors now read as zeros without asking the backing device.
   CacheFiles files(kRegionBytes, kBackingBytes);
-  cache::CacheOptions options = files.options(true);
-  options.tunables.writeback_rate = 1;  // practically paused: the discard stays pending
-  options.tunables.writeback_idle_ms = 0;
-  auto cache = open_cache(options);
+  auto cache = open_cache(hold_writeback(files.options(true)));  // the discard stays pending
   auto queue = make_queue(*cache);
   const auto old = pattern(1, 96, 16);
   REQUIRE(queue->write(96, 16, old.data()) == 16 * 512);
