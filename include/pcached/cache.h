@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,6 +55,10 @@ struct CacheOptions {
   pmem::CopyPolicySettings copy_policy;  // scratch area is filled in by the engine
   // Tests: observe every pmem store, flush and fence (the persistence simulator).
   pmem::PersistObserver* persist_observer = nullptr;
+  // Bit i set: commits whose data is in pmem size class i share one fence with their key set
+  // (which then carries a digest of the data); the others fence the data first. Unset: measured
+  // on the region at open (src/cache/commit_protocol.h). Tests set it to take one protocol.
+  std::optional<uint32_t> commit_shared_fence_classes;
   // Tests: offsets of the region to treat as bad blocks reported at open (offset, length).
   std::vector<std::pair<uint64_t, uint64_t>> injected_bad_ranges;
   std::chrono::milliseconds writeback_interval{5};
@@ -143,8 +148,8 @@ class CacheQueue {
   virtual void submit(const Request& request, RequestCompletion* completion) = 0;
   virtual unsigned index() const = 0;
   // Between these, writes are gathered: their data is copied as they come, then end_batch()
-  // makes all of it durable with one fence, writes one key set for them all, fences once more and
-  // completes them. A frontend brackets each batch of requests the kernel handed it at once.
+  // makes all of it durable with one key set for them all (one fence for both, or the data's
+  // first: src/cache/commit_protocol.h) and completes them. A frontend brackets each batch of requests the kernel handed it at once.
   virtual void begin_batch() = 0;
   virtual void end_batch() = 0;
 };

@@ -9,6 +9,7 @@
 #include <ctime>
 #include <random>
 
+#include "cache/commit_protocol.h"
 #include "cache/persistence_policy.h"
 #include "cache/queue.h"
 #include "cache/writeback.h"
@@ -57,6 +58,17 @@ void write_superblock_copy(pmem::PmemWriter& writer, const Superblock& superbloc
   writer.copy_persist(format::kSuperblockOffsets[copy], bytes.data(), bytes.size());
 }
 
+// Copy 0 first, then copy 1: a cut in between leaves copies that differ only in what this
+// rewrite changed (version, flags), which examine_region takes for an update cut short.
+void rewrite_superblock(pmem::PmemWriter& writer, const Superblock& superblock) {
+  write_superblock_copy(writer, superblock, 0);
+  write_superblock_copy(writer, superblock, 1);
+}
+
+SharedFenceClasses measure_commit_protocol(pmem::PmemWriter& writer) {
+  return cache::measure_commit_protocol(writer, format::kScratchOffset, format::kScratchLength);
+}
+
 Result<Superblock> format_region(const CacheOptions& options, const pmem::Region& region,
                                  const backing::BackingDevice& backing, pmem::PmemWriter& writer) {
   const std::string& path = region.path();
@@ -93,8 +105,7 @@ Result<Superblock> format_region(const CacheOptions& options, const pmem::Region
   control.clean_horizon = 1;
   control.next_seq = 1;
   ControlStore::initialise(writer, sb, control);
-  write_superblock_copy(writer, sb, 0);
-  write_superblock_copy(writer, sb, 1);
+  rewrite_superblock(writer, sb);
   spdlog::info("pmem region {}: formatted cache {}: {} segments of {}, backing {}", path, uuid_text(sb.uuid),
                sb.segment_count, format_size(sb.segment_size), describe_backing(sb.backing));
   return sb;
@@ -321,20 +332,16 @@ Result<std::unique_ptr<Engine>> Engine::open(const CacheOptions& options) {
                                       : format_region(options, *region.value(), *backing.value(), writer);
   if (!superblock.ok()) return superblock.status();
   if (verdict->repair_copy >= 0) write_superblock_copy(writer, superblock.value(), verdict->repair_copy);
+  const Superblock before = superblock.value();
   if (superblock->version < format::kFormatVersion) {
     // Before the first key set of the new format is written: a pcached that reads only the old
     // version then refuses the cache as newer, rather than as damaged.
     spdlog::info("pmem region {}: upgrading the cache's format from version {} to {}", options.region_path,
                  superblock->version, format::kFormatVersion);
     superblock->version = format::kFormatVersion;
-    write_superblock_copy(writer, superblock.value(), 0);
-    write_superblock_copy(writer, superblock.value(), 1);
   }
-  if (options.allow_volatile_writeback && !recorded) {
-    superblock->flags |= Superblock::kAllowVolatileWriteback;
-    write_superblock_copy(writer, superblock.value(), 0);
-    write_superblock_copy(writer, superblock.value(), 1);
-  }
+  if (options.allow_volatile_writeback && !recorded) superblock->flags |= Superblock::kAllowVolatileWriteback;
+  if (superblock.value() != before) rewrite_superblock(writer, superblock.value());
   if (!pmem::survives_power_loss(domain)) {
     spdlog::warn("pmem region {}: persistence domain {}: {}", options.region_path, pmem::to_string(domain),
                  options.tunables.mode == CacheMode::Writeback
@@ -345,14 +352,17 @@ Result<std::unique_ptr<Engine>> Engine::open(const CacheOptions& options) {
   auto engine = std::unique_ptr<Engine>(new Engine(options, std::move(region.value()), std::move(backing.value()),
                                                    std::move(policy.value()), superblock.value()));
   engine->domain_ = domain;
+  engine->shared_fence_classes_ = options.commit_shared_fence_classes ? *options.commit_shared_fence_classes
+                                                                      : measure_commit_protocol(writer);
   engine->allow_volatile_writeback_ = options.allow_volatile_writeback || recorded;
   const auto started = std::chrono::steady_clock::now();
   if (Status status = engine->recover(); !status.ok()) return status;
   engine->recovery_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   engine->writeback_ = std::make_unique<Writeback>(*engine);
   engine->writeback_->start();
-  spdlog::info("cache on {}: attached in {:.3f} s ({} keys replayed), backing {}", options.region_path,
-               engine->recovery_seconds_, engine->recovered_keys_, options.backing_path);
+  spdlog::info("cache on {}: attached in {:.3f} s ({} keys replayed), backing {}; {}", options.region_path,
+               engine->recovery_seconds_, engine->recovered_keys_, options.backing_path,
+               describe_commit_protocol(engine->shared_fence_classes_.load()));
   return engine;
 }
 
@@ -404,11 +414,12 @@ uint64_t Engine::first_pending_seq(uint32_t slot, const JournalPosition& from, c
 }
 
 uint64_t Engine::compute_horizon() {
-  // Read before any journal is looked at: a key numbered below this was numbered under its
-  // journal's mutex, so the loop below sees it (in flight, or published and pending). A key
-  // numbered later is at or above it. Reading the counter after the loop instead would let a
-  // journal that was still starting (or idle) when visited slip a key under the horizon.
-  const uint64_t ceiling = next_seq_.load();
+  // Read before any journal is looked at: a key numbered below this was numbered after its
+  // journal stored its inflight_seq (see EngineQueue::number), so the loop below sees it (in
+  // flight, or published and pending). A key numbered later is at or above it. Reading the
+  // counter after the loop instead would let a journal that was still starting (or idle) when
+  // visited slip a key under the horizon.
+  const uint64_t ceiling = next_seq_.load(std::memory_order_acquire);
   uint64_t horizon = ceiling;
   for (uint32_t slot = 0; slot < format::kMaxJournals; ++slot) {
     JournalState& journal = journals_[slot];
@@ -419,9 +430,12 @@ uint64_t Engine::compute_horizon() {
       if (!journal.in_use) continue;
       cursor = journal.cursor;
       published = journal.published;
-      // Sequence numbers are handed out under this mutex: one in flight bounds the horizon; an
-      // idle journal can only get numbers at or above the ceiling.
-      if (journal.inflight_seq != 0) bound = journal.inflight_seq;
+      // A write in flight bounds the horizon; an idle journal can only get numbers at or above
+      // the ceiling. Read under the mutex, so that a write seen published (inflight_seq cleared)
+      // is seen in `published` too.
+      if (const uint64_t inflight = journal.inflight_seq.load(std::memory_order_relaxed); inflight != 0) {
+        bound = inflight;
+      }
     }
     if (!(cursor == published)) {
       const uint64_t pending = first_pending_seq(slot, cursor, published);
@@ -475,7 +489,7 @@ std::string Engine::copy_policy_description() const {
   for (size_t i = 0; i < table.size(); ++i) {
     text += " " + format_size(pmem::size_class_bytes(i)) + "=" + std::string(pmem::to_string(table[i]));
   }
-  return text;
+  return text + "; " + describe_commit_protocol(shared_fence_classes_.load());
 }
 
 Status Engine::set(const std::string& key, const std::string& value) {
@@ -492,6 +506,10 @@ Status Engine::set(const std::string& key, const std::string& value) {
     auto fresh = pmem::make_copy_policy(*region_, settings);
     if (!fresh.ok()) return fresh.status().with_context(where + ": " + key);
     policy_->replace(fresh.value()->table(), fresh.value()->origin());
+    if (!options_.commit_shared_fence_classes) {
+      pmem::PmemWriter writer = make_writer();
+      shared_fence_classes_ = measure_commit_protocol(writer);
+    }
     return Status();
   }
   const Tunables before = tunables_.get();

@@ -106,6 +106,8 @@ class Engine final : public Cache {
   // Each has its tombstone in the index until then.
   SectorRanges pending_discards_;
   std::array<JournalState, format::kMaxJournals> journals_;
+  // See CacheOptions::commit_shared_fence_classes; measured again when the copy policy changes.
+  std::atomic<uint32_t> shared_fence_classes_{0};
   std::atomic<uint64_t> next_seq_{1};
   std::atomic<uint64_t> clean_horizon_{1};  // as persisted in the control area
   // The first sequence number of this attach: written-through keys below it come from before a

@@ -212,7 +212,8 @@ void JournalWriter::advance(pmem::PmemWriter& writer) {
   segment_max_seq_ = 0;
 }
 
-void JournalWriter::stage(pmem::PmemWriter& writer, std::span<const format::Key> keys) {
+void JournalWriter::stage(pmem::PmemWriter& writer, std::span<const format::Key> keys,
+                          format::DataOrdering ordering) {
   for (size_t first = 0; first < keys.size(); first += format::kMaxKeysPerSet) {
     const auto set = keys.subspan(first, std::min<size_t>(format::kMaxKeysPerSet, keys.size() - first));
     const size_t size = format::encoded_key_set_size(set.size());
@@ -220,7 +221,8 @@ void JournalWriter::stage(pmem::PmemWriter& writer, std::span<const format::Key>
     const uint64_t region_offset = superblock_.segment_offset(position_.segment) + position_.offset;
     const size_t begin = staged_bytes_.size();
     staged_bytes_.resize(begin + size);
-    format::encode_keys(set, position_.generation, superblock_.salt(), std::span(staged_bytes_).subspan(begin, size));
+    format::encode_keys(set, position_.generation, superblock_.salt(), std::span(staged_bytes_).subspan(begin, size),
+                        ordering);
     staged_runs_.push_back({region_offset, begin, size});
     position_.offset += static_cast<uint32_t>(size);
     segment_max_seq_ = std::max(segment_max_seq_, set.back().seq);
@@ -243,7 +245,7 @@ void JournalWriter::publish(uint64_t last_seq) {
   std::lock_guard lock(state_.mutex);
   state_.published = position_;
   state_.chain.back().max_seq = std::max(state_.chain.back().max_seq, last_seq);
-  state_.inflight_seq = 0;
+  state_.inflight_seq.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace pcached::cache

@@ -4,6 +4,7 @@
 // that names the next one. Replay and writeback read journals with JournalReader.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <mutex>
@@ -40,7 +41,9 @@ struct JournalState {
   bool in_use = false;
   bool active = false;  // a queue appends to it
   JournalPosition published;     // key sets before it are persistent and in the index
-  uint64_t inflight_seq = 0;     // a write holding this sequence number is under way (0: none)
+  // A write holding this sequence number or a later one is under way (0: none). Stored before
+  // the number is taken, cleared by publish(); EngineQueue::number() says why it needs no lock.
+  std::atomic<uint64_t> inflight_seq{0};
   std::deque<ChainSegment> chain;  // head first
 
   // Owned by the writeback worker.
@@ -102,7 +105,7 @@ class JournalWriter {
   // the work is done while the data's streaming stores drain. Moving to a new journal segment on
   // the way writes its header and the link to it (not drained): the caller's drain before
   // write_staged() makes them durable with the data.
-  void stage(pmem::PmemWriter& writer, std::span<const format::Key> keys);
+  void stage(pmem::PmemWriter& writer, std::span<const format::Key> keys, format::DataOrdering ordering);
   // Writes the staged key sets to the journal, each durable before the next is begun; the last
   // one not drained: the caller's drain makes it durable. (One key set, the usual case, costs no
   // fence here.)

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <vector>
 
+#include "cache/commit_protocol.h"
 #include "cache/engine.h"
 #include "cache/journal.h"
 #include "cache/sequential_detector.h"
@@ -136,6 +137,11 @@ class EngineQueue final : public CacheQueue {
   TunablesView tunables_;
   SequentialDetector sequential_;
   std::vector<format::Key> keys_;  // staged, not yet journaled (empty outside a batch)
+  // Bytes of data copied for keys_, and whether each key's data was hashed: commit() shares
+  // one fence with the data only if it was and the total's size class is one that shares.
+  uint64_t commit_data_bytes_ = 0;
+  bool commit_hashed_ = true;
+  SharedFenceClasses shared_fence_classes_ = 0;  // the engine's, as read when this commit began
   std::vector<GapRecord> gap_scratch_;
   struct StagedWrite {
     RequestCompletion* completion;

@@ -45,15 +45,18 @@ Status damaged(const std::string& what) { return Status::error(EBADMSG, "key set
 
 }  // namespace
 
-size_t encode_keys(std::span<const Key> keys, uint32_t journal_generation, uint32_t salt, std::span<std::byte> out) {
+size_t encode_keys(std::span<const Key> keys, uint32_t journal_generation, uint32_t salt, std::span<std::byte> out,
+                   DataOrdering ordering) {
   assert(!keys.empty() && keys.size() <= kMaxKeysPerSet);
   const size_t encoded = encoded_key_set_size(keys.size());
   assert(out.size() >= encoded);
   KeySetHeader header;
   uint64_t hashes[kMaxKeysPerSet];
   size_t data_keys = 0;
-  for (const Key& key : keys) {
-    if (has_data(key.kind)) hashes[data_keys++] = key.data_hash;
+  if (ordering == DataOrdering::SharedFence) {
+    for (const Key& key : keys) {
+      if (has_data(key.kind)) hashes[data_keys++] = key.data_hash;
+    }
   }
   header.kind = data_keys > 0 ? KeySetKind::HashedKeys : KeySetKind::Keys;
   if (data_keys > 0) header.data_digest = data_digest(std::span<const uint64_t>(hashes, data_keys));

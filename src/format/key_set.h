@@ -70,10 +70,15 @@ constexpr size_t encoded_key_set_size(size_t keys) {
   return (kKeySetHeaderSize + keys * kKeySize + kKeySetAlignment - 1) / kKeySetAlignment * kKeySetAlignment;
 }
 
+// How replay knows a key set's data is whole. SharedFence: the data and the set become durable
+// at the same fence, so a set with data keys is a HashedKeys set carrying the digest of their
+// data_hash fields. DataFirst: the data was durable before the set was written (a Keys set).
+enum class DataOrdering { SharedFence, DataFirst };
+
 // Writes a key set of 1..kMaxKeysPerSet keys (sequence numbers strictly increasing) into out,
-// which must hold encoded_key_set_size(keys.size()) bytes; returns the bytes written. With data
-// keys among them it is a HashedKeys set, its digest made of their data_hash fields.
-size_t encode_keys(std::span<const Key> keys, uint32_t journal_generation, uint32_t salt, std::span<std::byte> out);
+// which must hold encoded_key_set_size(keys.size()) bytes; returns the bytes written.
+size_t encode_keys(std::span<const Key> keys, uint32_t journal_generation, uint32_t salt, std::span<std::byte> out,
+                   DataOrdering ordering = DataOrdering::SharedFence);
 size_t encode_link(uint32_t next_segment, uint32_t next_generation, uint32_t journal_generation, uint32_t salt,
                    std::span<std::byte> out);
 

@@ -24,6 +24,7 @@
 #include <random>
 #include <thread>
 
+#include "cache/commit_protocol.h"
 #include "backing/backing_device.h"
 #include "format/layout.h"
 #include "pmem/persistence_simulator.h"
@@ -225,11 +226,14 @@ bool verify_recovery_cut_again(const RecoveredCopy& copy, const std::string& pol
 
 TEST_CASE("power cuts lose no acknowledged operation while writeback and GC run", "[cache][crash][power-cut]") {
   // The policy decides which stores stream (durable at the next fence) and which go through the
-  // cache (dirty until flushed, then durable at the next fence).
-  const auto [policy, usual_seed] = GENERATE(table<std::string, uint64_t>({{"nt", 7}, {"clflushopt", 8}, {"threshold:8K", 9}}));
+  // cache (dirty until flushed, then durable at the next fence). The commit protocol, whether a
+  // write's data shares its fence with the key set (which carries a digest replay checks) or is
+  // fenced first: each in one run, and a mix by size in the third.
+  const auto [policy, usual_seed, shared_fence_classes] = GENERATE(table<std::string, uint64_t, uint32_t>(
+      {{"nt", 7, cache::kAllClassesShareFence}, {"clflushopt", 8, 0}, {"threshold:8K", 9, 0b111000}}));
   const uint64_t seed = crash_seed(usual_seed);
   const unsigned cuts = (crash_points(300) + 2) / 3;
-  INFO("policy " << policy << ", seed " << seed);
+  INFO("policy " << policy << ", seed " << seed << ", " << cache::describe_commit_protocol(shared_fence_classes));
 
   CacheFiles files(kRegionBytes, kBackingBytes);
   open_cache(files.options(/*format=*/true))->abandon();
@@ -237,6 +241,7 @@ TEST_CASE("power cuts lose no acknowledged operation while writeback and GC run"
   pmem::PersistenceSimulator simulator(*view);
   cache::CacheOptions options = small_cache_options(files);
   options.copy_policy.spec = pmem::parse_policy_spec(policy).value();
+  options.commit_shared_fence_classes = shared_fence_classes;
   options.persist_observer = &simulator;
   auto cache = open_cache(options);
   auto queue = make_queue(*cache);

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "backing/backing_device.h"
+#include "cache/commit_protocol.h"
 #include "format/layout.h"
 #include "io/ring.h"
 #include "support/cache_fixture.h"
@@ -178,7 +179,9 @@ TEST_CASE("a write whose data a crash tore under its durable key set is dropped 
   // durable, data and all, before the next one was begun.
   CacheFiles files(kRegionBytes, kBackingBytes);
   {
-    auto cache = open_cache(hold_writeback(files.options(true)));  // the writes stay dirty
+    cache::CacheOptions options = hold_writeback(files.options(true));  // the writes stay dirty
+    options.commit_shared_fence_classes = cache::kAllClassesShareFence;
+    auto cache = open_cache(options);
     auto queue = make_queue(*cache);
     const auto first = pattern(1, 100, 8);
     REQUIRE(queue->write(100, 8, first.data()) == 8 * 512);

@@ -260,3 +260,21 @@ TEST_CASE("decoders survive random bytes", "[format][robustness]") {
     if (!decoded.ok()) CHECK(keys.empty());
   }
 }
+
+TEST_CASE("a key set whose data was fenced first carries no digest, data keys or not", "[format][keyset]") {
+  const std::vector<Key> keys = sample_keys(3, 40);  // a write among them
+  std::vector<std::byte> shared(encoded_key_set_size(keys.size())), data_first(shared.size());
+  encode_keys(keys, 5, 6, shared, DataOrdering::SharedFence);
+  encode_keys(keys, 5, 6, data_first, DataOrdering::DataFirst);
+  std::vector<Key> decoded;
+  auto header = decode_key_set(data_first, 5, 6, decoded);
+  REQUIRE(header.ok());
+  CHECK(header->kind == KeySetKind::Keys);
+  CHECK(header->data_digest == 0);
+  CHECK(decoded == keys);
+  decoded.clear();
+  header = decode_key_set(shared, 5, 6, decoded);
+  REQUIRE(header.ok());
+  CHECK(header->kind == KeySetKind::HashedKeys);
+  CHECK(decoded == keys);
+}
