@@ -271,9 +271,9 @@ void EngineQueue::commit(std::vector<format::Key>& keys) {
   // only one a power cut can leave durable over torn data (that of a write never acknowledged).
   // Any further key set of a large batch is written after a fence (write_staged), by which the
   // data is durable too. Elsewhere the data is fenced first and its key set needs no digest.
-  const auto ordering = commit_hashed_ && shares_fence(shared_fence_classes_, commit_data_bytes_)
-                            ? format::DataOrdering::SharedFence
-                            : format::DataOrdering::DataFirst;
+  // Keys without data (discard, write-zeroes) have nothing to fence first.
+  const bool shared = commit_data_bytes_ == 0 || (commit_hashed_ && shares_fence(shared_fence_classes_, commit_data_bytes_));
+  const auto ordering = shared ? format::DataOrdering::SharedFence : format::DataOrdering::DataFirst;
   commit_data_bytes_ = 0;
   commit_hashed_ = true;
   // Encoded while the data's streaming stores drain.

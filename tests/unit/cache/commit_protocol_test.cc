@@ -82,6 +82,13 @@ TEST_CASE("a write takes one fence when its data shares it with its key set, two
     const auto second = pattern(2, 64, 8);
     REQUIRE(queue->write(64, 8, second.data()) == 4096);
     CHECK(observed.fences - before == (shared ? 1u : 2u));
+    // A discard or write-zeroes has no data to fence first: one fence, whatever the protocol.
+    const uint64_t before_discard = observed.fences;
+    REQUIRE(queue->discard(128, 8) == 0);
+    CHECK(observed.fences - before_discard == 1u);
+    const uint64_t before_zeroes = observed.fences;
+    REQUIRE(queue->write_zeroes(136, 8) == 0);
+    CHECK(observed.fences - before_zeroes == 1u);
     queue.reset();
     cache->abandon();
   }
@@ -94,4 +101,6 @@ TEST_CASE("a write takes one fence when its data shares it with its key set, two
   CHECK(buffer == pattern(2, 64, 8));
   REQUIRE(queue->read(0, 8, buffer.data()) == 4096);
   CHECK(buffer == pattern(1, 0, 8));
+  REQUIRE(queue->read(136, 8, buffer.data()) == 4096);
+  CHECK(buffer == std::vector<std::byte>(4096));
 }
