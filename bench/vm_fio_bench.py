@@ -4,11 +4,16 @@ namespace), null_blk, and dm-writecache on the same emulated NVDIMM over the sam
 Figures are ratios against the references measured in the same boot; absolute numbers under TCG
 swing with host load.
 
+One more reference is a ublk device with nothing behind it (bench/ublk_null.cc: pcached's own ublk
+frontend, every request completed at once), bound and unbound as pcached: the most any ublk server
+can do in this VM, so pcached/ublk-null is the share of it the cache engine leaves.
+
 pcached runs three times: with the defaults (one queue per guest CPU, each queue's thread bound to
 its CPU as the kernel maps it), with the default queues unbound (--queue-affinity none), and with
 one queue. Bound, fio's single submitting thread shares its CPU with the queue thread serving it.
 
-    bench/vm_fio_bench.py --pcachedd build/daemon/pcachedd --pcached build/cli/pcached [--json] [--rounds 3]
+    bench/vm_fio_bench.py --pcachedd build/daemon/pcachedd --pcached build/cli/pcached \
+        [--ublk-null build/bench/pcached-ublk-null] [--json] [--rounds 3]
 """
 import argparse
 import json
@@ -56,6 +61,12 @@ for round in $(seq ROUNDS); do
       pcached) dev=$(pcached add --cache /dev/dax0.0 --backing /dev/vda --format --force) ;;
       pcached-unbound) dev=$(pcached add --cache /dev/dax0.0 --backing /dev/vda --format --force --queue-affinity none) ;;
       pcached-1q) dev=$(pcached add --cache /dev/dax0.0 --backing /dev/vda --format --force --queues 1) ;;
+      ublk-null|ublk-null-unbound)
+        affinity=kernel; [ $target = ublk-null-unbound ] && affinity=none
+        pcached-ublk-null --queue-affinity $affinity > /tmp/null.dev 2>/tmp/null.log & null_pid=$!
+        for i in $(seq 100); do [ -s /tmp/null.dev ] && break; sleep 0.1; done
+        dev=$(cat /tmp/null.dev); rm -f /tmp/null.dev
+        [ -b "$dev" ] || cat /tmp/null.log ;;
       writecache)
         # A cache device dm-writecache has never seen must start zeroed (it formats it then).
         dd if=/dev/zero of=$pmem bs=1M count=4 conv=fsync 2>/dev/null
@@ -70,6 +81,7 @@ JOBLINES
     case $target in
       pcached*) pcached remove cache0 >/dev/null ;;
       writecache) /sbin/dmsetup remove --noudevsync wc ;;
+      ublk-null*) kill $null_pid; wait $null_pid || { echo "pcached-ublk-null failed"; cat /tmp/null.log; exit 1; } ;;
     esac
   done
 done
@@ -80,16 +92,21 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pcachedd", required=True)
     parser.add_argument("--pcached", required=True)
+    parser.add_argument("--ublk-null", help="the pcached-ublk-null binary (default: bench/ in pcachedd's build)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", help="run only this target (debugging)")
     parser.add_argument("--runtime", type=int, default=5, help="seconds per job")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    ublk_null = args.ublk_null or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(args.pcachedd))),
+                                               "bench", "pcached-ublk-null")
+    if not os.path.exists(ublk_null):
+        parser.error(f"{ublk_null}: not found (build it, or give --ublk-null)")
 
     job_lines = "\n".join(f"    run_job $target $dev {name} {fio}" for name, fio in JOBS)
     script_text = (GUEST.replace("JOBLINES", job_lines).replace("ROUNDS", str(args.rounds))
                    .replace("RUNTIME", str(args.runtime))
-                   .replace("TARGETS", args.only or "pmem nullblk pcached pcached-unbound pcached-1q writecache"))
+                   .replace("TARGETS", args.only or "pmem nullblk ublk-null ublk-null-unbound pcached pcached-unbound pcached-1q writecache"))
     machine = harness.Vm()
     scratch = tempfile.mkdtemp(prefix="pcached-vmbench-", dir="/dev/shm")
     try:
@@ -102,7 +119,7 @@ def main():
         stdout = sys.stdout
         if sink:
             sys.stdout = sink
-        result = machine.run(script, pmem, disk, binaries=[args.pcachedd, args.pcached], timeout=3600)
+        result = machine.run(script, pmem, disk, binaries=[args.pcachedd, args.pcached, ublk_null], timeout=3600)
         sys.stdout = stdout
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -114,18 +131,25 @@ def main():
         target, job, r, w = match.groups()
         iops = float(r) + float(w)
         samples.setdefault((target, job), []).append(iops)
-    targets = ["pcached", "pcached-unbound", "pcached-1q", "writecache", "pmem", "nullblk"]
+    targets = ["pcached", "pcached-unbound", "pcached-1q", "writecache", "pmem", "nullblk", "ublk-null",
+               "ublk-null-unbound"]
     table = {job: {t: statistics.median(samples.get((t, job), [0])) for t in targets} for job, _ in JOBS}
 
-    def ratios_of(target):
-        return {job: (row[target] / row["writecache"] if row["writecache"] else 0.0) for job, row in table.items()}
+    def ratios_of(target, reference="writecache"):
+        return {job: (row[target] / row[reference] if row[reference] else 0.0) for job, row in table.items()}
 
     ratios, ratios_unbound, ratios_1q = ratios_of("pcached"), ratios_of("pcached-unbound"), ratios_of("pcached-1q")
+    null_ratios = ratios_of("pcached", "ublk-null")
+    null_ratios_unbound = ratios_of("pcached-unbound", "ublk-null-unbound")
+    null_vs_wc, null_vs_wc_unbound = ratios_of("ublk-null"), ratios_of("ublk-null-unbound")
     if args.json:
         print(json.dumps({"benchmark": "vm-fio", "unit": "IOPS (median of rounds)", "rounds": args.rounds,
                           "iops": table, "pcached_vs_dm_writecache": ratios,
                           "pcached_unbound_vs_dm_writecache": ratios_unbound,
-                          "pcached_1_queue_vs_dm_writecache": ratios_1q}, indent=2))
+                          "pcached_1_queue_vs_dm_writecache": ratios_1q,
+                          "pcached_vs_ublk_null": null_ratios, "pcached_unbound_vs_ublk_null_unbound": null_ratios_unbound,
+                          "ublk_null_vs_dm_writecache": null_vs_wc,
+                          "ublk_null_unbound_vs_dm_writecache": null_vs_wc_unbound}, indent=2))
         return 0
     print(f"\nfio in the VM (TCG), {args.rounds} rounds round robin, median IOPS")
     print(f"{'job':<20} {'pcached':>10} {'unbound':>10} {'1 queue':>10} {'dm-wc':>10} {'raw pmem':>10} {'null_blk':>10} "
@@ -134,6 +158,12 @@ def main():
         print(f"{job:<20} {row['pcached']:>10.0f} {row['pcached-unbound']:>10.0f} {row['pcached-1q']:>10.0f} "
               f"{row['writecache']:>10.0f} {row['pmem']:>10.0f} {row['nullblk']:>10.0f} {ratios[job]:>14.2f} "
               f"{ratios_unbound[job]:>14.2f} {ratios_1q[job]:>9.2f}")
+    print("\nthe ublk round trip alone: pcached-ublk-null (pcached's frontend, no engine), bound | unbound")
+    print(f"{'job':<20} {'null':>10} {'unbound':>10} {'null/dm-wc':>11} {'unb./dm-wc':>11} "
+          f"{'pcached/null':>13} {'unb./unb.':>10}")
+    for job, row in table.items():
+        print(f"{job:<20} {row['ublk-null']:>10.0f} {row['ublk-null-unbound']:>10.0f} {null_vs_wc[job]:>11.2f} "
+              f"{null_vs_wc_unbound[job]:>11.2f} {null_ratios[job]:>13.2f} {null_ratios_unbound[job]:>10.2f}")
     return 0
 
 

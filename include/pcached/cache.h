@@ -154,12 +154,22 @@ class CacheQueue {
   virtual void end_batch() = 0;
 };
 
-class Cache {
+// What a frontend serves: a block device of this geometry, with one queue per frontend thread.
+// The cache is one; a benchmark's null device (the frontend's own cost) is another.
+class QueueTarget {
+ public:
+  virtual Result<std::unique_ptr<CacheQueue>> create_queue(io::Ring& ring) = 0;
+  virtual uint64_t device_sectors() const = 0;
+  virtual uint32_t logical_block_size() const = 0;
+
+ protected:
+  ~QueueTarget() = default;
+};
+
+class Cache : public QueueTarget {
  public:
   static Result<std::unique_ptr<Cache>> open(const CacheOptions& options);
   virtual ~Cache() = default;
-
-  virtual Result<std::unique_ptr<CacheQueue>> create_queue(io::Ring& ring) = 0;
 
   // Writes back every dirty sector and waits until the backing device holds it all (no queue may
   // submit meanwhile).
@@ -179,8 +189,6 @@ class Cache {
   virtual void interrupt_waits() = 0;
 
   virtual CacheStats stats() const = 0;
-  virtual uint64_t device_sectors() const = 0;
-  virtual uint32_t logical_block_size() const = 0;
   virtual std::string copy_policy_description() const = 0;
   // Runtime tuning: any tunable of pcached/tunables.h, or copy_policy (auto, nt, clflushopt, clwb,
   // threshold:<size>; auto recalibrates). Refused with the reason otherwise. Switching the mode

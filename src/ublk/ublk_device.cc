@@ -14,11 +14,11 @@ namespace pcached::ublk {
 
 namespace {
 
-ublk_params params_for(const cache::Cache& cache, uint32_t max_io_bytes) {
+ublk_params params_for(const cache::QueueTarget& target, uint32_t max_io_bytes) {
   ublk_params params{};
   params.len = sizeof params;
   params.types = UBLK_PARAM_TYPE_BASIC | UBLK_PARAM_TYPE_DISCARD;
-  const uint32_t block = cache.logical_block_size();
+  const uint32_t block = target.logical_block_size();
   const auto block_shift = static_cast<uint8_t>(std::countr_zero(block));
   // A write acknowledged from the cache is durable, but writethrough, writearound and sequential
   // bypass put data on the backing device, whose own cache may be volatile; the mode can change
@@ -30,7 +30,7 @@ ublk_params params_for(const cache::Cache& cache, uint32_t max_io_bytes) {
   params.basic.io_min_shift = block_shift;
   params.basic.io_opt_shift = 12;
   params.basic.max_sectors = max_io_bytes >> 9;
-  params.basic.dev_sectors = cache.device_sectors();
+  params.basic.dev_sectors = target.device_sectors();
   params.discard.discard_granularity = block;
   params.discard.max_discard_sectors = 1u << 24;
   params.discard.max_write_zeroes_sectors = 1u << 24;
@@ -46,16 +46,16 @@ void log_cleanup_failure(const Status& status) {
 
 }  // namespace
 
-Result<std::unique_ptr<UblkDevice>> UblkDevice::create(ControlDevice& control, cache::Cache& cache,
+Result<std::unique_ptr<UblkDevice>> UblkDevice::create(ControlDevice& control, cache::QueueTarget& target,
                                                        const DeviceSettings& settings) {
-  auto device = std::unique_ptr<UblkDevice>(new UblkDevice(control, cache, settings.bind_to_kernel_affinity));
+  auto device = std::unique_ptr<UblkDevice>(new UblkDevice(control, target, settings.bind_to_kernel_affinity));
   // User recovery keeps /dev/ublkbN (and the filesystems on it) when the daemon dies; reissue
   // hands the requests it held to the next daemon instead of failing them.
   const uint64_t flags = UBLK_F_USER_RECOVERY | UBLK_F_USER_RECOVERY_REISSUE;
   auto info = control.add(settings.dev_id, settings.queues, settings.depth, settings.max_io_bytes, flags);
   if (!info.ok()) return info.status();
   device->info_ = info.value();
-  if (Status status = control.set_params(device->info_.id, params_for(cache, device->info_.max_io_bytes)); !status.ok()) {
+  if (Status status = control.set_params(device->info_.id, params_for(target, device->info_.max_io_bytes)); !status.ok()) {
     log_cleanup_failure(control.remove(device->info_.id));
     return status;
   }
@@ -78,9 +78,9 @@ Result<std::unique_ptr<UblkDevice>> UblkDevice::create(ControlDevice& control, c
   return device;
 }
 
-Result<std::unique_ptr<UblkDevice>> UblkDevice::recover(ControlDevice& control, cache::Cache& cache, uint32_t dev_id,
+Result<std::unique_ptr<UblkDevice>> UblkDevice::recover(ControlDevice& control, cache::QueueTarget& target, uint32_t dev_id,
                                                         bool bind_to_kernel_affinity) {
-  auto device = std::unique_ptr<UblkDevice>(new UblkDevice(control, cache, bind_to_kernel_affinity));
+  auto device = std::unique_ptr<UblkDevice>(new UblkDevice(control, target, bind_to_kernel_affinity));
   auto info = control.info(dev_id);
   if (!info.ok()) return info.status();
   device->info_ = info.value();
@@ -122,7 +122,7 @@ Status UblkDevice::start_queues() {
     if (bind_to_kernel_affinity_) {
       if (auto cpus = control_.queue_affinity(info_.id, q); cpus.ok()) settings.cpus = cpus.value();
     }
-    queues_.push_back(std::make_unique<UblkQueue>(cache_, settings));
+    queues_.push_back(std::make_unique<UblkQueue>(target_, settings));
     if (Status status = queues_.back()->start(); !status.ok()) return status;
   }
   return Status();

@@ -27,11 +27,11 @@ struct DeviceSettings {
 
 class UblkDevice {
  public:
-  static Result<std::unique_ptr<UblkDevice>> create(ControlDevice& control, cache::Cache& cache,
+  static Result<std::unique_ptr<UblkDevice>> create(ControlDevice& control, cache::QueueTarget& target,
                                                     const DeviceSettings& settings);
   // Takes over /dev/ublkbN from a server that died, without the device going away: its I/O was
   // held by the driver and is served (re-issued) by us.
-  static Result<std::unique_ptr<UblkDevice>> recover(ControlDevice& control, cache::Cache& cache, uint32_t dev_id,
+  static Result<std::unique_ptr<UblkDevice>> recover(ControlDevice& control, cache::QueueTarget& target, uint32_t dev_id,
                                                      bool bind_to_kernel_affinity);
   ~UblkDevice();
 
@@ -45,13 +45,13 @@ class UblkDevice {
   Status remove();
 
  private:
-  UblkDevice(ControlDevice& control, cache::Cache& cache, bool bind_to_kernel_affinity)
-      : control_(control), cache_(cache), bind_to_kernel_affinity_(bind_to_kernel_affinity) {}
+  UblkDevice(ControlDevice& control, cache::QueueTarget& target, bool bind_to_kernel_affinity)
+      : control_(control), target_(target), bind_to_kernel_affinity_(bind_to_kernel_affinity) {}
   Status open_char_device();
   Status start_queues();
 
   ControlDevice& control_;
-  cache::Cache& cache_;
+  cache::QueueTarget& target_;
   bool bind_to_kernel_affinity_;
   DeviceInfo info_;
   UniqueFd char_fd_;

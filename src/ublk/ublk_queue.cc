@@ -76,7 +76,7 @@ class UblkQueue::Tag final : public io::CompletionHandler, public cache::Request
   std::byte* buffer_;
 };
 
-UblkQueue::UblkQueue(cache::Cache& cache, const QueueSettings& settings) : cache_(cache), settings_(settings) {}
+UblkQueue::UblkQueue(cache::QueueTarget& target, const QueueSettings& settings) : target_(target), settings_(settings) {}
 
 UblkQueue::~UblkQueue() {
   join();
@@ -130,7 +130,7 @@ Status UblkQueue::set_up() {
   if (buffers == MAP_FAILED) return Status::error(errno, where + ": cannot allocate I/O buffers");
   buffers_ = static_cast<std::byte*>(buffers);
 
-  auto engine_queue = cache_.create_queue(*ring_);
+  auto engine_queue = target_.create_queue(*ring_);
   if (!engine_queue.ok()) return engine_queue.status().with_context(where);
   engine_queue_ = std::move(engine_queue.value());
 

@@ -27,7 +27,7 @@ struct QueueSettings {
 
 class UblkQueue {
  public:
-  UblkQueue(cache::Cache& cache, const QueueSettings& settings);
+  UblkQueue(cache::QueueTarget& target, const QueueSettings& settings);
   ~UblkQueue();
 
   // Starts the thread; returns once every tag's FETCH is submitted (or setting up failed).
@@ -45,7 +45,7 @@ class UblkQueue {
   Status set_up();
   void submit_command(Tag& tag, uint32_t opcode, int32_t result);
 
-  cache::Cache& cache_;
+  cache::QueueTarget& target_;
   QueueSettings settings_;
   std::unique_ptr<io::Ring> ring_;
   std::unique_ptr<cache::CacheQueue> engine_queue_;
