@@ -3,7 +3,7 @@
 // reference for what the frontend and the kernel's ublk round trip cost on a machine, apart from
 // the cache engine: bench/vm_fio_bench.py runs fio on it next to pcached.
 //
-//   pcached-ublk-null [--size 1G] [--queues N] [--depth 128] [--queue-affinity kernel|none]
+//   pcached-ublk-null [--size 1G] [--queues N] [--depth 128] [--queue-affinity auto|kernel|none]
 //
 // Prints the block device's path once it is started, serves until SIGINT or SIGTERM, then removes
 // the device.
@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <thread>
 
@@ -60,14 +61,15 @@ int main(int argc, char** argv) {
   std::string size_text = "1G";
   unsigned queues = std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
   unsigned depth = 128;
-  std::string affinity = "kernel";
+  std::string affinity = "auto";
   app.add_option("--size", size_text, "device size")->capture_default_str();
   app.add_option("--queues", queues, "ublk queues (default min(cpus, 4))")->check(CLI::Range(1, 64));
   app.add_option("--depth", depth, "tags per queue")->check(CLI::Range(1, 4096))->capture_default_str();
-  app.add_option("--queue-affinity", affinity, "bind each queue's thread to the kernel's CPUs for it, or not")
-      ->check(CLI::IsMember({"kernel", "none"}))
+  app.add_option("--queue-affinity", affinity, "as pcached add --queue-affinity")
+      ->check(CLI::IsMember({"auto", "kernel", "none"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  spdlog::set_default_logger(spdlog::stderr_color_mt("pcached"));  // stdout carries the device's path
   auto size = parse_size(size_text);
   if (!size.ok() || size.value() < 1 * MiB) {
     std::fprintf(stderr, "pcached-ublk-null: --size %s: expected a size of at least 1M\n", size_text.c_str());
@@ -90,7 +92,9 @@ int main(int argc, char** argv) {
   ublk::DeviceSettings settings;
   settings.queues = static_cast<uint16_t>(queues);
   settings.depth = static_cast<uint16_t>(depth);
-  settings.bind_to_kernel_affinity = affinity == "kernel";
+  settings.binding = affinity == "auto"     ? ublk::QueueBinding::Auto
+                     : affinity == "kernel" ? ublk::QueueBinding::Kernel
+                                            : ublk::QueueBinding::None;
   auto device = ublk::UblkDevice::create(*control.value(), target, settings);
   if (!device.ok()) {
     std::fprintf(stderr, "pcached-ublk-null: %s\n", device.status().message().c_str());

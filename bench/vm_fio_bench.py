@@ -4,13 +4,14 @@ namespace), null_blk, and dm-writecache on the same emulated NVDIMM over the sam
 Figures are ratios against the references measured in the same boot; absolute numbers under TCG
 swing with host load.
 
-One more reference is a ublk device with nothing behind it (bench/ublk_null.cc: pcached's own ublk
-frontend, every request completed at once), bound and unbound as pcached: the most any ublk server
-can do in this VM, so pcached/ublk-null is the share of it the cache engine leaves.
+pcached runs three times: with the defaults (one queue per guest CPU; the kernel maps one CPU to
+each, so queue affinity auto leaves the threads unbound), pinned (--queue-affinity kernel: each
+queue's thread bound to its one CPU, where fio's submitting thread shares it with the thread serving
+it), and with one queue.
 
-pcached runs three times: with the defaults (one queue per guest CPU, each queue's thread bound to
-its CPU as the kernel maps it), with the default queues unbound (--queue-affinity none), and with
-one queue. Bound, fio's single submitting thread shares its CPU with the queue thread serving it.
+One more reference is a ublk device with nothing behind it (bench/ublk_null.cc: pcached's own ublk
+frontend, every request completed at once), with the defaults and pinned as pcached: the most any
+ublk server can do in this VM, so pcached/ublk-null is the share of it the cache engine leaves.
 
     bench/vm_fio_bench.py --pcachedd build/daemon/pcachedd --pcached build/cli/pcached \
         [--ublk-null build/bench/pcached-ublk-null] [--json] [--rounds 3]
@@ -59,10 +60,10 @@ for round in $(seq ROUNDS); do
       pmem) dev=$pmem ;;
       nullblk) dev=/dev/nullb0 ;;
       pcached) dev=$(pcached add --cache /dev/dax0.0 --backing /dev/vda --format --force) ;;
-      pcached-unbound) dev=$(pcached add --cache /dev/dax0.0 --backing /dev/vda --format --force --queue-affinity none) ;;
+      pcached-pinned) dev=$(pcached add --cache /dev/dax0.0 --backing /dev/vda --format --force --queue-affinity kernel) ;;
       pcached-1q) dev=$(pcached add --cache /dev/dax0.0 --backing /dev/vda --format --force --queues 1) ;;
-      ublk-null|ublk-null-unbound)
-        affinity=kernel; [ $target = ublk-null-unbound ] && affinity=none
+      ublk-null|ublk-null-pinned)
+        affinity=auto; [ $target = ublk-null-pinned ] && affinity=kernel
         pcached-ublk-null --queue-affinity $affinity > /tmp/null.dev 2>/tmp/null.log & null_pid=$!
         for i in $(seq 100); do [ -s /tmp/null.dev ] && break; sleep 0.1; done
         dev=$(cat /tmp/null.dev); rm -f /tmp/null.dev
@@ -106,7 +107,7 @@ def main():
     job_lines = "\n".join(f"    run_job $target $dev {name} {fio}" for name, fio in JOBS)
     script_text = (GUEST.replace("JOBLINES", job_lines).replace("ROUNDS", str(args.rounds))
                    .replace("RUNTIME", str(args.runtime))
-                   .replace("TARGETS", args.only or "pmem nullblk ublk-null ublk-null-unbound pcached pcached-unbound pcached-1q writecache"))
+                   .replace("TARGETS", args.only or "pmem nullblk ublk-null ublk-null-pinned pcached pcached-pinned pcached-1q writecache"))
     machine = harness.Vm()
     scratch = tempfile.mkdtemp(prefix="pcached-vmbench-", dir="/dev/shm")
     try:
@@ -131,39 +132,39 @@ def main():
         target, job, r, w = match.groups()
         iops = float(r) + float(w)
         samples.setdefault((target, job), []).append(iops)
-    targets = ["pcached", "pcached-unbound", "pcached-1q", "writecache", "pmem", "nullblk", "ublk-null",
-               "ublk-null-unbound"]
+    targets = ["pcached", "pcached-pinned", "pcached-1q", "writecache", "pmem", "nullblk", "ublk-null",
+               "ublk-null-pinned"]
     table = {job: {t: statistics.median(samples.get((t, job), [0])) for t in targets} for job, _ in JOBS}
 
     def ratios_of(target, reference="writecache"):
         return {job: (row[target] / row[reference] if row[reference] else 0.0) for job, row in table.items()}
 
-    ratios, ratios_unbound, ratios_1q = ratios_of("pcached"), ratios_of("pcached-unbound"), ratios_of("pcached-1q")
+    ratios, ratios_pinned, ratios_1q = ratios_of("pcached"), ratios_of("pcached-pinned"), ratios_of("pcached-1q")
     null_ratios = ratios_of("pcached", "ublk-null")
-    null_ratios_unbound = ratios_of("pcached-unbound", "ublk-null-unbound")
-    null_vs_wc, null_vs_wc_unbound = ratios_of("ublk-null"), ratios_of("ublk-null-unbound")
+    null_ratios_pinned = ratios_of("pcached-pinned", "ublk-null-pinned")
+    null_vs_wc, null_vs_wc_pinned = ratios_of("ublk-null"), ratios_of("ublk-null-pinned")
     if args.json:
         print(json.dumps({"benchmark": "vm-fio", "unit": "IOPS (median of rounds)", "rounds": args.rounds,
                           "iops": table, "pcached_vs_dm_writecache": ratios,
-                          "pcached_unbound_vs_dm_writecache": ratios_unbound,
+                          "pcached_pinned_vs_dm_writecache": ratios_pinned,
                           "pcached_1_queue_vs_dm_writecache": ratios_1q,
-                          "pcached_vs_ublk_null": null_ratios, "pcached_unbound_vs_ublk_null_unbound": null_ratios_unbound,
+                          "pcached_vs_ublk_null": null_ratios, "pcached_pinned_vs_ublk_null_pinned": null_ratios_pinned,
                           "ublk_null_vs_dm_writecache": null_vs_wc,
-                          "ublk_null_unbound_vs_dm_writecache": null_vs_wc_unbound}, indent=2))
+                          "ublk_null_pinned_vs_dm_writecache": null_vs_wc_pinned}, indent=2))
         return 0
     print(f"\nfio in the VM (TCG), {args.rounds} rounds round robin, median IOPS")
-    print(f"{'job':<20} {'pcached':>10} {'unbound':>10} {'1 queue':>10} {'dm-wc':>10} {'raw pmem':>10} {'null_blk':>10} "
-          f"{'pcached/dm-wc':>14} {'unbound/dm-wc':>14} {'1q/dm-wc':>9}")
+    print(f"{'job':<20} {'pcached':>10} {'pinned':>10} {'1 queue':>10} {'dm-wc':>10} {'raw pmem':>10} {'null_blk':>10} "
+          f"{'pcached/dm-wc':>14} {'pinned/dm-wc':>13} {'1q/dm-wc':>9}")
     for job, row in table.items():
-        print(f"{job:<20} {row['pcached']:>10.0f} {row['pcached-unbound']:>10.0f} {row['pcached-1q']:>10.0f} "
+        print(f"{job:<20} {row['pcached']:>10.0f} {row['pcached-pinned']:>10.0f} {row['pcached-1q']:>10.0f} "
               f"{row['writecache']:>10.0f} {row['pmem']:>10.0f} {row['nullblk']:>10.0f} {ratios[job]:>14.2f} "
-              f"{ratios_unbound[job]:>14.2f} {ratios_1q[job]:>9.2f}")
-    print("\nthe ublk round trip alone: pcached-ublk-null (pcached's frontend, no engine), bound | unbound")
-    print(f"{'job':<20} {'null':>10} {'unbound':>10} {'null/dm-wc':>11} {'unb./dm-wc':>11} "
-          f"{'pcached/null':>13} {'unb./unb.':>10}")
+              f"{ratios_pinned[job]:>13.2f} {ratios_1q[job]:>9.2f}")
+    print("\nthe ublk round trip alone: pcached-ublk-null (pcached's frontend, no engine), defaults | pinned")
+    print(f"{'job':<20} {'null':>10} {'pinned':>10} {'null/dm-wc':>11} {'pin./dm-wc':>11} "
+          f"{'pcached/null':>13} {'pin./pin.':>10}")
     for job, row in table.items():
-        print(f"{job:<20} {row['ublk-null']:>10.0f} {row['ublk-null-unbound']:>10.0f} {null_vs_wc[job]:>11.2f} "
-              f"{null_vs_wc_unbound[job]:>11.2f} {null_ratios[job]:>13.2f} {null_ratios_unbound[job]:>10.2f}")
+        print(f"{job:<20} {row['ublk-null']:>10.0f} {row['ublk-null-pinned']:>10.0f} {null_vs_wc[job]:>11.2f} "
+              f"{null_vs_wc_pinned[job]:>11.2f} {null_ratios[job]:>13.2f} {null_ratios_pinned[job]:>10.2f}")
     return 0
 
 

@@ -161,7 +161,7 @@ int main(int argc, char** argv) {
   control::Request request;
   std::string cache_path, backing_path, name, mode = "writeback", copy_policy = "auto", segment_size;
   unsigned queues = 0, depth = 128;
-  std::string queue_affinity = "kernel";
+  std::string queue_affinity = "auto";
   std::vector<std::string> add_settings;
   std::vector<std::string> setting_keys = {"copy_policy"};
   for (std::string_view tunable : cache::tunable_names()) setting_keys.emplace_back(tunable);
@@ -174,9 +174,9 @@ int main(int argc, char** argv) {
   add->add_option("--queues", queues, "ublk queues (default min(cpus, 4))")->check(CLI::Range(1, 64));
   add->add_option("--depth", depth, "queue depth")->check(CLI::Range(1, 4096))->capture_default_str();
   add->add_option("--queue-affinity", queue_affinity,
-                  "kernel: bind each queue's thread to the CPUs the kernel maps to its queue; none: let the "
-                  "scheduler place it")
-      ->check(CLI::IsMember({"kernel", "none"}))
+                  "kernel: bind each queue's thread to the CPUs the kernel maps to its queue; auto: the same "
+                  "where those are more than one CPU; none: let the scheduler place it")
+      ->check(CLI::IsMember({"auto", "kernel", "none"}))
       ->capture_default_str();
   add->add_option("--mode", mode, "cache mode")
       ->check(CLI::IsMember({"writeback", "writethrough", "writearound"}))

@@ -19,7 +19,7 @@ struct CacheConfig {
   std::string backing;
   unsigned queues = 1;
   unsigned depth = 128;
-  QueueAffinity queue_affinity = QueueAffinity::Kernel;  // "queue_affinity": "kernel" or "none"
+  QueueAffinity queue_affinity = QueueAffinity::Auto;  // "queue_affinity": "auto", "kernel" or "none"
   int device_id = -1;  // the ublk device, once created
   bool allow_volatile_region = false;
   bool allow_volatile_writeback = false;

@@ -15,18 +15,18 @@ namespace pcached::daemon {
 
 enum class FrontendKind { Ublk, InProcess };
 
-// Which CPUs a queue's thread runs on: those the kernel maps to the queue (ublksrv's choice), or
-// wherever the scheduler puts it. Bound to the kernel's CPUs, a queue whose mask is one CPU shares
-// that CPU with every submitter it serves: each request costs two context switches there, while
-// another CPU may idle.
-enum class QueueAffinity { Kernel, None };
+// Which CPUs a queue's thread runs on: those the kernel maps to the queue when they are more than
+// one (auto), always those (kernel: ublksrv's choice), or wherever the scheduler puts it (none).
+// Bound to the kernel's CPUs, a queue whose mask is one CPU shares that CPU with every submitter
+// it serves: each request costs two context switches there, while another CPU may idle.
+enum class QueueAffinity { Auto, Kernel, None };
 
 // What a device is set up with, from the cache's entry in the state file.
 struct ExportSettings {
   int device_id = -1;  // -1: the frontend picks a free id
   unsigned queues = 1;
   unsigned depth = 128;
-  QueueAffinity queue_affinity = QueueAffinity::Kernel;
+  QueueAffinity queue_affinity = QueueAffinity::Auto;
 };
 
 class Frontend {

@@ -48,7 +48,7 @@ void log_cleanup_failure(const Status& status) {
 
 Result<std::unique_ptr<UblkDevice>> UblkDevice::create(ControlDevice& control, cache::QueueTarget& target,
                                                        const DeviceSettings& settings) {
-  auto device = std::unique_ptr<UblkDevice>(new UblkDevice(control, target, settings.bind_to_kernel_affinity));
+  auto device = std::unique_ptr<UblkDevice>(new UblkDevice(control, target, settings.binding));
   // User recovery keeps /dev/ublkbN (and the filesystems on it) when the daemon dies; reissue
   // hands the requests it held to the next daemon instead of failing them.
   const uint64_t flags = UBLK_F_USER_RECOVERY | UBLK_F_USER_RECOVERY_REISSUE;
@@ -79,8 +79,8 @@ Result<std::unique_ptr<UblkDevice>> UblkDevice::create(ControlDevice& control, c
 }
 
 Result<std::unique_ptr<UblkDevice>> UblkDevice::recover(ControlDevice& control, cache::QueueTarget& target, uint32_t dev_id,
-                                                        bool bind_to_kernel_affinity) {
-  auto device = std::unique_ptr<UblkDevice>(new UblkDevice(control, target, bind_to_kernel_affinity));
+                                                        QueueBinding binding) {
+  auto device = std::unique_ptr<UblkDevice>(new UblkDevice(control, target, binding));
   auto info = control.info(dev_id);
   if (!info.ok()) return info.status();
   device->info_ = info.value();
@@ -119,8 +119,15 @@ Status UblkDevice::start_queues() {
     settings.depth = info_.depth;
     settings.max_io_bytes = info_.max_io_bytes;
     settings.ioctl_encoded = control_.ioctl_encoded();
-    if (bind_to_kernel_affinity_) {
-      if (auto cpus = control_.queue_affinity(info_.id, q); cpus.ok()) settings.cpus = cpus.value();
+    if (binding_ != QueueBinding::None) {
+      if (auto cpus = control_.queue_affinity(info_.id, q); cpus.ok()) {
+        if (binding_ == QueueBinding::Kernel || cpus->size() > 1) {
+          settings.cpus = cpus.value();
+        } else if (cpus->size() == 1) {
+          spdlog::info("{}: queue {} is mapped to CPU {} alone; its thread is not bound there (queue affinity auto)",
+                       block_device(), q, cpus->front());
+        }
+      }
     }
     queues_.push_back(std::make_unique<UblkQueue>(target_, settings));
     if (Status status = queues_.back()->start(); !status.ok()) return status;

@@ -58,8 +58,9 @@ expect_exit 1 pcached remove nosuch
 pcached remove /dev/ublkb0
 test ! -e /dev/ublkb0
 pcached --json list | grep -q '"caches": \[\]'
-# Queue affinity: by default each queue's thread is bound to the CPUs the kernel maps to its queue
-# (with two queues on the guest's two CPUs, one each); with --queue-affinity none, to none.
+# Queue affinity: with --queue-affinity kernel each queue's thread is bound to the CPUs the kernel
+# maps to its queue (with two queues on the guest's two CPUs, one each); by default (auto) only
+# where those are more than one CPU, so here to none, as with --queue-affinity none.
 queue_cpus() {  # "pcached-qN <Cpus_allowed_list>" per queue thread of the daemon
   for task in /proc/$DAEMON_PID/task/*; do
     case $(cat $task/comm) in
@@ -67,16 +68,27 @@ queue_cpus() {  # "pcached-qN <Cpus_allowed_list>" per queue thread of the daemo
     esac
   done | sort
 }
-pcached add --cache /dev/dax0.0 --backing /dev/vda --format --force --name pinned --queues 2 >/dev/null
+pcached add --cache /dev/dax0.0 --backing /dev/vda --format --force --name pinned --queues 2 --queue-affinity kernel >/dev/null
 queue_cpus | tee /tmp/cpus
 [ "$(cat /tmp/cpus)" = "$(printf 'pcached-q0 0\npcached-q1 1')" ]
 pcached status pinned | grep -q "queues      2 x depth 128, affinity kernel"
 pcached --json status pinned | tr -d ' \n' | grep -q '"queue_cpus":\[\[0\],\[1\]\]'
 pcached remove pinned
-pcached add --cache /dev/dax0.0 --backing /dev/vda --format --force --name free --queues 2 --queue-affinity none >/dev/null
-queue_cpus | tee /tmp/cpus
-[ "$(cat /tmp/cpus)" = "$(printf 'pcached-q0 0-1\npcached-q1 0-1')" ]
-pcached status free | grep -q "affinity none"
-pcached --json status free | tr -d ' \n' | grep -q '"queue_cpus":\[\[\],\[\]\]'
-pcached remove free
+for affinity in auto none; do
+  if [ $affinity = auto ]; then
+    pcached add --cache /dev/dax0.0 --backing /dev/vda --format --force --name free --queues 2 >/dev/null
+    grep -q "queue 1 is mapped to CPU 1 alone; its thread is not bound there" /tmp/pcachedd.log
+  else
+    pcached add --cache /dev/dax0.0 --backing /dev/vda --format --force --name free --queues 2 --queue-affinity none >/dev/null
+  fi
+  queue_cpus | tee /tmp/cpus
+  [ "$(cat /tmp/cpus)" = "$(printf 'pcached-q0 0-1\npcached-q1 0-1')" ]
+  pcached status free | grep -q "affinity $affinity"
+  pcached --json status free | tr -d ' \n' | grep -q '"queue_cpus":\[\[\],\[\]\]'
+  pcached remove free
+done
+# One queue: the kernel maps both CPUs to it, and auto binds it there.
+pcached add --cache /dev/dax0.0 --backing /dev/vda --format --force --name one --queues 1 >/dev/null
+pcached --json status one | tr -d ' \n' | grep -q '"queue_cpus":\[\[0,1\]\]'
+pcached remove one
 echo "CLI flows passed"

@@ -24,15 +24,19 @@ TEST_CASE("the state file round-trips and a missing one is empty", "[daemon][sta
   b.region = "/mnt/pmem/cache";
   b.allow_volatile_region = true;
   b.queue_affinity = QueueAffinity::None;
-  REQUIRE(save_state(file.path(), {a, b}).ok());
+  CacheConfig c = a;
+  c.name = "pinned";
+  c.queue_affinity = QueueAffinity::Kernel;
+  REQUIRE(save_state(file.path(), {a, b, c}).ok());
   auto loaded = load_state(file.path());
   REQUIRE(loaded.ok());
-  REQUIRE(loaded->size() == 2);
+  REQUIRE(loaded->size() == 3);
   CHECK(to_json(loaded->at(0)) == to_json(a));
   CHECK(to_json(loaded->at(1)) == to_json(b));
   CHECK(loaded->at(0).tunables == a.tunables);
-  CHECK(loaded->at(0).queue_affinity == QueueAffinity::Kernel);
+  CHECK(loaded->at(0).queue_affinity == QueueAffinity::Auto);
   CHECK(loaded->at(1).queue_affinity == QueueAffinity::None);
+  CHECK(loaded->at(2).queue_affinity == QueueAffinity::Kernel);
   CHECK(load_state(file.path() + ".absent")->empty());
 }
 
@@ -50,7 +54,7 @@ TEST_CASE("a damaged state file is refused with the reason", "[daemon][state][ba
   write(R"({"version":1,"caches":[{"name":"a","region":"/a","backing":"/b","depth":0}]})");
   CHECK(load_state(file.path()).status().message().find("between 1 and 4096") != std::string::npos);
   write(R"({"version":1,"caches":[{"name":"a","region":"/a","backing":"/b","queue_affinity":"numa"}]})");
-  CHECK(load_state(file.path()).status().message().find("queue_affinity 'numa': expected 'kernel' or 'none'") !=
+  CHECK(load_state(file.path()).status().message().find("queue_affinity 'numa': expected 'auto', 'kernel' or 'none'") !=
         std::string::npos);
   write(R"({"version":1,"caches":[{"name":"a","region":"/a","backing":"/b","settings":{"mode":"fast"}}]})");
   CHECK(load_state(file.path()).status().message().find("'fast' is not writeback") != std::string::npos);
@@ -76,7 +80,7 @@ TEST_CASE("settings come from the add request's keys and from older state files"
       R"({"name":"a","region":"/a","backing":"/b","gc_threshold":55,"read_miss_fill":false})"));
   REQUIRE(old.ok());
   CHECK(old->tunables.gc_threshold == 55);
-  CHECK(old->queue_affinity == QueueAffinity::Kernel);  // state files from before the setting
+  CHECK(old->queue_affinity == QueueAffinity::Auto);  // state files from before the setting: the default
   CHECK_FALSE(old->tunables.read_miss_fill);
   auto added = config_from_json(nlohmann::json::parse(
       R"({"name":"a","region":"/a","backing":"/b","settings":{"mode":"writethrough","sequential_cutoff":"8M"}})"));
