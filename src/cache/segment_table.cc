@@ -75,11 +75,14 @@ std::vector<uint32_t> SegmentTable::reclaimable_data(uint64_t horizon, size_t li
   return candidates;
 }
 
-uint32_t SegmentTable::dirty_data_segments(uint64_t horizon) const {
+std::vector<uint32_t> SegmentTable::dirty_data_segments(uint64_t horizon) const {
   std::lock_guard lock(mutex_);
-  return static_cast<uint32_t>(std::count_if(segments_.begin(), segments_.end(), [horizon](const SegmentInfo& info) {
-    return info.use == SegmentUse::Data && (!info.sealed || info.max_dirty_seq >= horizon);
-  }));
+  std::vector<uint32_t> dirty;
+  for (uint32_t i = 0; i < segments_.size(); ++i) {
+    const SegmentInfo& info = segments_[i];
+    if (info.use == SegmentUse::Data && (!info.sealed || info.max_dirty_seq >= horizon)) dirty.push_back(i);
+  }
+  return dirty;
 }
 
 uint32_t SegmentTable::count_of(SegmentUse use) const {

@@ -51,8 +51,8 @@ class SegmentTable {
   std::vector<uint32_t> reclaimable_data(uint64_t horizon, size_t limit) const;
 
   // Data segments that may hold dirty data: open ones, and sealed ones with a key at or above
-  // horizon. An upper bound of the dirty data, in segments, cheap enough for every writeback round.
-  uint32_t dirty_data_segments(uint64_t horizon) const;
+  // horizon. Cheap enough for every writeback round.
+  std::vector<uint32_t> dirty_data_segments(uint64_t horizon) const;
 
   uint32_t free_count() const { return free_count_.load(std::memory_order_relaxed); }
   uint32_t count_of(SegmentUse use) const;

@@ -128,10 +128,17 @@ void Writeback::add_to(CacheStats& stats) const {
 
 Writeback::Pace Writeback::pace(const Tunables& tunables) {
   const auto now = std::chrono::steady_clock::now();
-  // Eager from the high watermark down to the low one.
+  // Eager from the high watermark down to the low one. Dirty data is estimated from above as the
+  // live data of the segments that may hold some: writes spread over a small range leave a little
+  // dirty data in every segment they pass through, and counting those segments whole made
+  // writeback eager (at normal priority, no rate limit) for a few MiB of dirty data.
   const SegmentTable& segments = *engine_.segments_;
-  const uint64_t dirty_percent =
-      uint64_t{segments.dirty_data_segments(engine_.clean_horizon_.load())} * 100 / std::max(1u, segments.count());
+  uint64_t dirty_sectors = 0;
+  for (uint32_t segment : segments.dirty_data_segments(engine_.clean_horizon_.load())) {
+    dirty_sectors += engine_.activity_.live_sectors(segment);
+  }
+  const uint64_t segment_sectors = (engine_.superblock_.segment_size - format::kSegmentHeaderSize) / kSectorSize;
+  const uint64_t dirty_percent = dirty_sectors * 100 / std::max<uint64_t>(1, uint64_t{segments.count()} * segment_sectors);
   if (dirty_percent >= tunables.writeback_high) eager_ = true;
   if (dirty_percent <= tunables.writeback_low) eager_ = false;
   // Idle: no foreground request for writeback_idle_ms.

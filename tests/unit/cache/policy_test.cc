@@ -411,10 +411,40 @@ TEST_CASE("writeback turns eager above the high watermark and calm below the low
   CHECK(cache->stats().dirty_bytes > 0);
 }
 
+TEST_CASE("the watermarks count dirty data, not the segments it is spread over", "[cache][policy][writeback-control]") {
+  CacheFiles files(format::kDataStart + 64 * MiB, 64 * MiB);
+  cache::CacheOptions options = files.options(true);
+  options.tunables.writeback_rate = 1;  // practically paused unless eager
+  options.tunables.writeback_idle_ms = 0;
+  options.tunables.writeback_low = 10;
+  options.tunables.writeback_high = 40;
+  options.tunables.gc_threshold = 90;
+  auto cache = open_cache(options);
+  auto queue = make_queue(*cache);
+  // 40 segments' worth of 4 KiB writes over the same 2 MiB: every segment written holds some of
+  // the dirty data, which is 2 MiB (3% of the capacity) all along.
+  std::mt19937_64 random(7);
+  for (uint64_t written = 0; written < 40 * MiB; written += 4096) {
+    const uint64_t sector = random() % (2 * MiB / kSector / 8) * 8;
+    const auto data = pattern(written + 1, sector, 8);
+    REQUIRE(queue->write(sector, 8, data.data()) == 4096);
+  }
+  REQUIRE(cache->stats().segments_data >= 40);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const cache::CacheStats stats = cache->stats();
+  CHECK_FALSE(stats.writeback_eager);
+  CHECK(stats.writeback_bytes == 0);
+  CHECK(stats.dirty_bytes == 2 * MiB);
+}
+
 TEST_CASE("writeback runs at background CPU priority unless a flush waits or dirty data passed the high watermark",
           "[cache][policy][writeback-control]") {
   CacheFiles files(format::kDataStart + 64 * MiB, 64 * MiB);
   cache::CacheOptions options = files.options(true);
+  // Paused unless pressed: writeback running in the background could otherwise write everything
+  // back before the flush waits, and the flush would never need to press.
+  options.tunables.writeback_rate = 1;
+  options.tunables.writeback_idle_ms = 0;
   options.tunables.writeback_low = 10;
   options.tunables.writeback_high = 40;
   options.tunables.gc_threshold = 90;
