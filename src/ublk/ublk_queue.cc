@@ -111,7 +111,16 @@ Status UblkQueue::set_up() {
   // This thread's writes must not be throttled behind the dirty pages of its own device.
   prctl(PR_SET_IO_FLUSHER, 1, 0, 0, 0);
 
-  auto ring = io::Ring::create(2u * settings_.depth + 16, IORING_SETUP_SQE128);
+  // Task work (the driver handing this queue a request, a backing I/O completing) runs when this
+  // thread enters the ring to wait rather than by interrupting it (COOP_TASKRUN), and only this
+  // thread submits, so the kernel may keep that work on the ring until then (DEFER_TASKRUN), as
+  // the kernel's own ublk server does. Kernels before 6.1 lack one or both.
+  Result<std::unique_ptr<io::Ring>> ring = Status::error(EINVAL, "no io_uring set-up tried");
+  for (unsigned extra : {IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
+                         unsigned{IORING_SETUP_COOP_TASKRUN}, 0u}) {
+    ring = io::Ring::create(2u * settings_.depth + 16, IORING_SETUP_SQE128 | extra);
+    if (ring.ok() || ring.status().code() != EINVAL) break;
+  }
   if (!ring.ok()) return ring.status().with_context(where);
   ring_ = std::move(ring.value());
 

@@ -433,8 +433,10 @@ TEST_CASE("the watermarks count dirty data, not the segments it is spread over",
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const cache::CacheStats stats = cache->stats();
   CHECK_FALSE(stats.writeback_eager);
-  CHECK(stats.writeback_bytes == 0);
-  CHECK(stats.dirty_bytes == 2 * MiB);
+  // Paused, writeback may still take one key set's worth once a second; eager, it would have
+  // written back most of the 2 MiB.
+  CHECK(stats.writeback_bytes <= 64 * KiB);
+  CHECK(stats.dirty_bytes >= 2 * MiB - 64 * KiB);
 }
 
 TEST_CASE("writeback runs at background CPU priority unless a flush waits or dirty data passed the high watermark",
