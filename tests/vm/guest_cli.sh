@@ -68,27 +68,24 @@ queue_cpus() {  # "pcached-qN <Cpus_allowed_list>" per queue thread of the daemo
     esac
   done | sort
 }
-pcached add --cache /dev/dax0.0 --backing /dev/vda --format --force --name pinned --queues 2 --queue-affinity kernel >/dev/null
-queue_cpus | tee /tmp/cpus
-[ "$(cat /tmp/cpus)" = "$(printf 'pcached-q0 0\npcached-q1 1')" ]
-pcached status pinned | grep -q "queues      2 x depth 128, affinity kernel"
-pcached --json status pinned | tr -d ' \n' | grep -q '"queue_cpus":\[\[0\],\[1\]\]'
-pcached remove pinned
-for affinity in auto none; do
-  if [ $affinity = auto ]; then
-    pcached add --cache /dev/dax0.0 --backing /dev/vda --format --force --name free --queues 2 >/dev/null
-    grep -q "queue 1 is mapped to CPU 1 alone; its thread is not bound there" /tmp/pcachedd.log
-  else
-    pcached add --cache /dev/dax0.0 --backing /dev/vda --format --force --name free --queues 2 --queue-affinity none >/dev/null
-  fi
+# check_affinity NAME SETTING THREAD_CPUS STATUS_CPUS ADD_ARGS...: a cache added with ADD_ARGS runs
+# its queue threads on THREAD_CPUS, and status says SETTING and STATUS_CPUS (a JSON pattern).
+check_affinity() {
+  name=$1 setting=$2 threads=$3 listed=$4
+  shift 4
+  pcached add --cache /dev/dax0.0 --backing /dev/vda --format --force --name $name "$@" >/dev/null
   queue_cpus | tee /tmp/cpus
-  [ "$(cat /tmp/cpus)" = "$(printf 'pcached-q0 0-1\npcached-q1 0-1')" ]
-  pcached status free | grep -q "affinity $affinity"
-  pcached --json status free | tr -d ' \n' | grep -q '"queue_cpus":\[\[\],\[\]\]'
-  pcached remove free
-done
+  [ "$(cat /tmp/cpus)" = "$threads" ]
+  pcached status $name | grep -q "affinity $setting"
+  pcached --json status $name | tr -d ' \n' | grep -q "\"queue_cpus\":$listed"
+  pcached remove $name
+}
+pinned=$(printf 'pcached-q0 0\npcached-q1 1')
+unbound=$(printf 'pcached-q0 0-1\npcached-q1 0-1')
+check_affinity pinned kernel "$pinned" '\[\[0\],\[1\]\]' --queues 2 --queue-affinity kernel
+check_affinity free auto "$unbound" '\[\[\],\[\]\]' --queues 2
+grep -q "queue 1 is mapped to CPU 1 alone; its thread is not bound there" /tmp/pcachedd.log
+check_affinity free none "$unbound" '\[\[\],\[\]\]' --queues 2 --queue-affinity none
 # One queue: the kernel maps both CPUs to it, and auto binds it there.
-pcached add --cache /dev/dax0.0 --backing /dev/vda --format --force --name one --queues 1 >/dev/null
-pcached --json status one | tr -d ' \n' | grep -q '"queue_cpus":\[\[0,1\]\]'
-pcached remove one
+check_affinity one auto "pcached-q0 0-1" '\[\[0,1\]\]' --queues 1
 echo "CLI flows passed"

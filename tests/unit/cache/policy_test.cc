@@ -387,17 +387,27 @@ TEST_CASE("writeback keeps to its rate limit until the device is idle", "[cache]
   REQUIRE(eventually([&] { return cache->stats().dirty_bytes == 0; }));
 }
 
-TEST_CASE("writeback turns eager above the high watermark and calm below the low one",
-          "[cache][policy][writeback-control]") {
-  // 64 segments: writeback moves 4 MiB per round, fine enough to stop near the low watermark.
-  CacheFiles files(format::kDataStart + 64 * MiB, 64 * MiB);
+namespace {
+
+// 64 segments of 1 MiB, writeback practically paused unless dirty data passes 40% (then eager down
+// to 10%), GC only above 90%.
+cache::CacheOptions paused_unless_eager(const CacheFiles& files) {
   cache::CacheOptions options = files.options(true);
-  options.tunables.writeback_rate = 1;  // practically paused unless eager
+  options.tunables.writeback_rate = 1;
   options.tunables.writeback_idle_ms = 0;
   options.tunables.writeback_low = 10;
   options.tunables.writeback_high = 40;
   options.tunables.gc_threshold = 90;
-  auto cache = open_cache(options);
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("writeback turns eager above the high watermark and calm below the low one",
+          "[cache][policy][writeback-control]") {
+  // 64 segments: writeback moves 4 MiB per round, fine enough to stop near the low watermark.
+  CacheFiles files(format::kDataStart + 64 * MiB, 64 * MiB);
+  auto cache = open_cache(paused_unless_eager(files));
   auto queue = make_queue(*cache);
   // 40 of the 64 segments' worth of writes: past the high watermark.
   for (uint64_t sector = 0; sector < 40 * MiB / kSector; sector += 256) {
@@ -413,13 +423,7 @@ TEST_CASE("writeback turns eager above the high watermark and calm below the low
 
 TEST_CASE("the watermarks count dirty data, not the segments it is spread over", "[cache][policy][writeback-control]") {
   CacheFiles files(format::kDataStart + 64 * MiB, 64 * MiB);
-  cache::CacheOptions options = files.options(true);
-  options.tunables.writeback_rate = 1;  // practically paused unless eager
-  options.tunables.writeback_idle_ms = 0;
-  options.tunables.writeback_low = 10;
-  options.tunables.writeback_high = 40;
-  options.tunables.gc_threshold = 90;
-  auto cache = open_cache(options);
+  auto cache = open_cache(paused_unless_eager(files));
   auto queue = make_queue(*cache);
   // 40 segments' worth of 4 KiB writes over the same 2 MiB: every segment written holds some of
   // the dirty data, which is 2 MiB (3% of the capacity) all along.
