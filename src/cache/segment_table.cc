@@ -75,6 +75,22 @@ std::vector<uint32_t> SegmentTable::reclaimable_data(uint64_t horizon, size_t li
   return candidates;
 }
 
+uint64_t SegmentTable::horizon_reclaiming(size_t count, const std::function<bool(uint32_t)>& skip) const {
+  if (count == 0) return 0;
+  std::vector<uint64_t> newest;
+  {
+    std::lock_guard lock(mutex_);
+    for (uint32_t i = 0; i < segments_.size(); ++i) {
+      const SegmentInfo& info = segments_[i];
+      if (info.use == SegmentUse::Data && info.sealed && !skip(i)) newest.push_back(info.max_dirty_seq);
+    }
+  }
+  if (newest.size() < count) return UINT64_MAX;
+  const auto nth = newest.begin() + static_cast<std::ptrdiff_t>(count - 1);
+  std::nth_element(newest.begin(), nth, newest.end());
+  return *nth + 1;
+}
+
 std::vector<uint32_t> SegmentTable::dirty_data_segments(uint64_t horizon) const {
   std::lock_guard lock(mutex_);
   std::vector<uint32_t> dirty;

@@ -50,6 +50,11 @@ class SegmentTable {
   // Sealed data segments whose newest dirty key is below horizon, oldest first.
   std::vector<uint32_t> reclaimable_data(uint64_t horizon, size_t limit) const;
 
+  // The lowest clean horizon at which `count` sealed data segments, not counting those `skip`
+  // names, are reclaimable (one past the count-th smallest max_dirty_seq); UINT64_MAX when fewer
+  // are sealed. skip is called under the table's lock.
+  uint64_t horizon_reclaiming(size_t count, const std::function<bool(uint32_t)>& skip) const;
+
   // Data segments that may hold dirty data: open ones, and sealed ones with a key at or above
   // horizon. Cheap enough for every writeback round.
   std::vector<uint32_t> dirty_data_segments(uint64_t horizon) const;

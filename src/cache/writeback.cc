@@ -153,8 +153,17 @@ Writeback::Pace Writeback::pace(const Tunables& tunables) {
   const double rate = static_cast<double>(tunables.writeback_rate);
   tokens_ = std::min(rate, tokens_ + rate * std::chrono::duration<double>(now - last_refill_).count());
   last_refill_ = now;
-  if (tunables.writeback_rate == 0 || eager_ || idle || urgent_.load() > 0 || gc_needed(tunables)) {
+  // A writer waiting for a free segment: the cache is full, whatever frees room soonest.
+  if (tunables.writeback_rate == 0 || eager_ || idle || urgent_.load() > 0 || engine_.segments_->waiters() > 0) {
     return {true, SIZE_MAX};
+  }
+  if (gc_needed(tunables)) {
+    // GC reclaims clean segments only, the oldest ones once they are clean: writing back the keys
+    // below the horizon that makes them clean is all it needs. Everything newer stays dirty (and
+    // overwrites of it never reach the device), as the rate limit and the watermarks want.
+    if (const uint64_t horizon = horizon_for_gc(tunables); horizon > engine_.clean_horizon_.load()) {
+      return {true, SIZE_MAX, horizon};
+    }
   }
   if (tokens_ < 1) return {false, 0};
   return {true, static_cast<size_t>(tokens_)};
@@ -181,7 +190,7 @@ void Writeback::run() {
     const Pace allowed = pace(tunables);
     set_background(!eager_ && urgent_.load() == 0 && !gc_needed(tunables));
     const uint64_t written_before = bytes_.load();
-    const bool progressed = allowed.go && write_back_batch(allowed.budget);
+    const bool progressed = allowed.go && write_back_batch(allowed.budget, allowed.seq_limit);
     reclaim_journals();
     collect_garbage(tunables);
     progress_.notify_all();
@@ -233,8 +242,8 @@ void Writeback::grow_bounce(size_t bytes) {
   bounce_size_ = bytes;
 }
 
-void Writeback::collect(size_t budget, std::vector<Piece>& pieces, std::vector<CursorUpdate>& cursors,
-                        bool& written_through) {
+void Writeback::collect(size_t budget, uint64_t seq_limit, std::vector<Piece>& pieces,
+                        std::vector<CursorUpdate>& cursors, bool& written_through) {
   const uint64_t horizon = engine_.clean_horizon_.load();
   const size_t limit = std::min(budget, bounce_size_);
   size_t used = 0;
@@ -264,6 +273,8 @@ void Writeback::collect(size_t budget, std::vector<Piece>& pieces, std::vector<C
     JournalReader reader(*engine_.region_, engine_.superblock_, slot, cursor);
     JournalPosition done = cursor;
     while (used < limit && reader.next(keys, &published)) {
+      // A journal's sets come in sequence order: the first one numbered past the limit ends it.
+      if (std::all_of(keys.begin(), keys.end(), [&](const format::Key& key) { return key.seq >= seq_limit; })) break;
       const size_t mark = pieces.size();
       const size_t used_mark = used;
       bool fits = true;
@@ -393,11 +404,11 @@ int Writeback::write_and_flush(const std::vector<Piece>& pieces) {
   return group.error;
 }
 
-bool Writeback::write_back_batch(size_t budget) {
+bool Writeback::write_back_batch(size_t budget, uint64_t seq_limit) {
   std::vector<Piece> pieces;
   std::vector<CursorUpdate> cursors;
   bool written_through = false;
-  collect(budget, pieces, cursors, written_through);
+  collect(budget, seq_limit, pieces, cursors, written_through);
   // Every write of the batch is complete when this function returns, whatever happened.
   struct ClearInFlight {
     Writeback& self;
@@ -516,13 +527,23 @@ bool Writeback::gc_needed(const Tunables& tunables) const {
   return segments.waiters() > 0 || used * 100 > total * tunables.gc_threshold;
 }
 
-void Writeback::collect_garbage(const Tunables& tunables) {
-  if (!gc_needed(tunables)) return;
-  SegmentTable& segments = *engine_.segments_;
+size_t Writeback::segments_wanted(const Tunables& tunables) const {
+  const SegmentTable& segments = *engine_.segments_;
   const uint64_t total = segments.count();
   const uint64_t used = total - segments.free_count();
   const uint64_t allowed = total * tunables.gc_threshold / 100;
-  const size_t wanted = std::clamp<size_t>(used > allowed ? used - allowed : 1, 1, kMaxSegmentsPerGc);
+  return std::clamp<size_t>(used > allowed ? used - allowed : 1, 1, kMaxSegmentsPerGc);
+}
+
+uint64_t Writeback::horizon_for_gc(const Tunables& tunables) const {
+  return engine_.segments_->horizon_reclaiming(segments_wanted(tunables),
+                                               [&](uint32_t segment) { return lost_data_segments_.contains(segment); });
+}
+
+void Writeback::collect_garbage(const Tunables& tunables) {
+  if (!gc_needed(tunables)) return;
+  SegmentTable& segments = *engine_.segments_;
+  const size_t wanted = segments_wanted(tunables);
   std::vector<uint32_t> victims = segments.reclaimable_data(engine_.clean_horizon_.load(), SIZE_MAX);
   std::erase_if(victims, [&](uint32_t segment) { return lost_data_segments_.contains(segment); });
   if (victims.empty()) return;

@@ -59,16 +59,18 @@ class Writeback {
   };
 
   void run();
-  // Whether this round may write back, and how many bytes (the rate limit's tokens), from the
-  // watermarks, idleness, waiting flushes and GC pressure.
+  // Whether this round may write back, how many bytes (the rate limit's tokens) and how far (key
+  // sets numbered from seq_limit on wait), from the watermarks, idleness, waiting flushes and GC
+  // pressure.
   struct Pace {
     bool go;
     size_t budget;
+    uint64_t seq_limit = UINT64_MAX;
   };
   Pace pace(const Tunables& tunables);
-  // One round: collect up to budget bytes, write, flush, advance. Returns true when it wrote or
-  // advanced anything.
-  bool write_back_batch(size_t budget);
+  // One round: collect up to budget bytes of key sets below seq_limit, write, flush, advance.
+  // Returns true when it wrote or advanced anything.
+  bool write_back_batch(size_t budget, uint64_t seq_limit);
   struct CursorUpdate {
     uint32_t slot;
     JournalPosition position;
@@ -76,7 +78,8 @@ class Writeback {
   // Gathers whole key sets from the journals, copying their live data into the bounce buffer;
   // discards become pieces of their own, for the sectors no newer key has written since;
   // written_through is set when it passed keys whose data is on the device but maybe unflushed.
-  void collect(size_t budget, std::vector<Piece>& pieces, std::vector<CursorUpdate>& cursors, bool& written_through);
+  void collect(size_t budget, uint64_t seq_limit, std::vector<Piece>& pieces, std::vector<CursorUpdate>& cursors,
+               bool& written_through);
   void grow_bounce(size_t bytes);
   // Writes the pieces (adjacent ones coalesced), then flushes; 0 or a negative errno.
   int write_and_flush(const std::vector<Piece>& pieces);
@@ -86,6 +89,11 @@ class Writeback {
   // Cost-benefit order of GC candidates (given oldest-sealed first).
   void order_by_cost(std::vector<uint32_t>& candidates) const;
   bool gc_needed(const Tunables& tunables) const;
+  // How many segments GC should reclaim now (at least 1, at most kMaxSegmentsPerGc).
+  size_t segments_wanted(const Tunables& tunables) const;
+  // The clean horizon at which GC finds the segments it wants: writeback driven by GC goes that
+  // far and no further. UINT64_MAX when fewer data segments are sealed.
+  uint64_t horizon_for_gc(const Tunables& tunables) const;
   // The worker's CPU priority: background (nice kBackgroundNice) while writeback only keeps dirty
   // data down, normal when it is needed (above the high watermark, GC short of room, a flush or
   // detach waiting).
