@@ -46,11 +46,13 @@ struct Tunables {
   bool data_crc = false;
   // Writeback runs eagerly (no rate limit) from the moment dirty data reaches writeback_high
   // percent of the capacity until it falls to writeback_low percent, and whenever the device is
-  // idle, a flush waits or GC needs room; otherwise at most writeback_rate bytes per second
-  // (0: no limit).
+  // idle, a flush waits or the cache is full; when GC needs room, as far as the segments it
+  // reclaims need; otherwise at most writeback_rate bytes per second (0: no limit). The default
+  // trickle lets the cache absorb writes below the high watermark, as dm-writecache, bcache and
+  // Open CAS do: data overwritten while dirty never reaches the device.
   unsigned writeback_low = 10;
   unsigned writeback_high = 40;
-  uint64_t writeback_rate = 0;
+  uint64_t writeback_rate = 1ull << 20;
   // Foreground I/O must have been quiet this long for idle writeback (0: never idle).
   unsigned writeback_idle_ms = 1000;
 

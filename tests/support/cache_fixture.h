@@ -34,6 +34,8 @@ struct CacheFiles {
     options.writeback_interval = std::chrono::milliseconds(1);
     // Tests write long sequential runs to fill the cache; the cutoff's own tests turn it on.
     options.tunables.sequential_cutoff = 0;
+    // Writeback flat out, racing the foreground at every step; the pacing tests choose their own.
+    options.tunables.writeback_rate = 0;
     // A /dev/shm file is a volatile/test region: writeback on it is the tests' explicit choice.
     options.allow_volatile_writeback = true;
     // The commit protocol fixed, not measured at every open (the measurement streams ~130 MiB
