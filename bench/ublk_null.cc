@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
   app.add_option("--queues", queues, "ublk queues (default min(cpus, 4))")->check(CLI::Range(1, 64));
   app.add_option("--depth", depth, "tags per queue")->check(CLI::Range(1, 4096))->capture_default_str();
   app.add_option("--queue-affinity", affinity, "as pcached add --queue-affinity")
-      ->check(CLI::IsMember({"auto", "kernel", "none"}))
+      ->check(CLI::IsMember(std::vector<std::string>(ublk::kQueueAffinityNames.begin(), ublk::kQueueAffinityNames.end())))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   spdlog::set_default_logger(spdlog::stderr_color_mt("pcached"));  // stdout carries the device's path
@@ -92,9 +92,7 @@ int main(int argc, char** argv) {
   ublk::DeviceSettings settings;
   settings.queues = static_cast<uint16_t>(queues);
   settings.depth = static_cast<uint16_t>(depth);
-  settings.binding = affinity == "auto"     ? ublk::QueueBinding::Auto
-                     : affinity == "kernel" ? ublk::QueueBinding::Kernel
-                                            : ublk::QueueBinding::None;
+  settings.affinity = ublk::parse_queue_affinity(affinity).value();  // checked by CLI11
   auto device = ublk::UblkDevice::create(*control.value(), target, settings);
   if (!device.ok()) {
     std::fprintf(stderr, "pcached-ublk-null: %s\n", device.status().message().c_str());

@@ -14,6 +14,7 @@
 #include "pcached/pmem_discovery.h"
 #include "pcached/tunables.h"
 #include "pcached/units.h"
+#include "ublk/queue_affinity.h"
 
 using namespace pcached;
 using nlohmann::json;
@@ -176,7 +177,7 @@ int main(int argc, char** argv) {
   add->add_option("--queue-affinity", queue_affinity,
                   "kernel: bind each queue's thread to the CPUs the kernel maps to its queue; auto: the same "
                   "where those are more than one CPU; none: let the scheduler place it")
-      ->check(CLI::IsMember({"auto", "kernel", "none"}))
+      ->check(CLI::IsMember(std::vector<std::string>(ublk::kQueueAffinityNames.begin(), ublk::kQueueAffinityNames.end())))
       ->capture_default_str();
   add->add_option("--mode", mode, "cache mode")
       ->check(CLI::IsMember({"writeback", "writethrough", "writearound"}))

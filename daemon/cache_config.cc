@@ -34,15 +34,6 @@ nlohmann::json to_json(const CacheConfig& c) {
           {"settings", settings_json(c.tunables)}};
 }
 
-std::string_view to_string(QueueAffinity affinity) {
-  switch (affinity) {
-    case QueueAffinity::Auto: return "auto";
-    case QueueAffinity::Kernel: return "kernel";
-    case QueueAffinity::None: return "none";
-  }
-  return "auto";
-}
-
 nlohmann::json settings_json(const cache::Tunables& tunables) {
   nlohmann::json doc = nlohmann::json::object();
   for (const auto& [key, value] : cache::settings(tunables)) doc[key] = value;
@@ -105,15 +96,11 @@ Result<CacheConfig> config_from_json(const nlohmann::json& doc) {
   c.copy_policy = policy.value();
   c.queues = static_cast<unsigned>(queues.value());
   c.depth = static_cast<unsigned>(depth.value());
-  if (affinity.value() == "auto") {
-    c.queue_affinity = QueueAffinity::Auto;
-  } else if (affinity.value() == "kernel") {
-    c.queue_affinity = QueueAffinity::Kernel;
-  } else if (affinity.value() == "none") {
-    c.queue_affinity = QueueAffinity::None;
-  } else {
+  const std::optional<QueueAffinity> parsed = ublk::parse_queue_affinity(affinity.value());
+  if (!parsed) {
     return Status::error(EINVAL, "queue_affinity '" + affinity.value() + "': expected 'auto', 'kernel' or 'none'");
   }
+  c.queue_affinity = *parsed;
   c.segment_size = segment.value();
   c.allow_volatile_region = volatile_region.value();
   c.allow_volatile_writeback = volatile_writeback.value();

@@ -40,8 +40,6 @@ Result<std::vector<CacheConfig>> load_state(const std::string& path);
 Result<std::vector<CacheConfig>> parse_state(std::string_view text, const std::string& path);
 Status save_state(const std::string& path, const std::vector<CacheConfig>& caches);
 
-std::string_view to_string(QueueAffinity affinity);
-
 // Cache names: 1-64 of [A-Za-z0-9_.-], not starting with '.' or '-'.
 Status check_cache_name(const std::string& name);
 

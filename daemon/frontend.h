@@ -10,16 +10,15 @@
 #include "daemon/exported_device.h"
 #include "pcached/cache.h"
 #include "pcached/status.h"
+#include "ublk/queue_affinity.h"
 
 namespace pcached::daemon {
 
 enum class FrontendKind { Ublk, InProcess };
 
-// Which CPUs a queue's thread runs on: those the kernel maps to the queue when they are more than
-// one (auto), always those (kernel: ublksrv's choice), or wherever the scheduler puts it (none).
-// Bound to the kernel's CPUs, a queue whose mask is one CPU shares that CPU with every submitter
-// it serves: each request costs two context switches there, while another CPU may idle.
-enum class QueueAffinity { Auto, Kernel, None };
+// Which CPUs a queue's thread runs on (ublk/queue_affinity.h); the in-process frontend has no
+// queue threads of its own and ignores it.
+using ublk::QueueAffinity;
 
 // What a device is set up with, from the cache's entry in the state file.
 struct ExportSettings {

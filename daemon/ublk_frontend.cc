@@ -32,21 +32,12 @@ std::unique_ptr<ExportedDevice> exported(std::unique_ptr<ublk::UblkDevice> devic
   return std::make_unique<UblkExport>(std::move(device));
 }
 
-ublk::QueueBinding binding(QueueAffinity affinity) {
-  switch (affinity) {
-    case QueueAffinity::Auto: return ublk::QueueBinding::Auto;
-    case QueueAffinity::Kernel: return ublk::QueueBinding::Kernel;
-    case QueueAffinity::None: return ublk::QueueBinding::None;
-  }
-  return ublk::QueueBinding::Auto;
-}
-
 ublk::DeviceSettings device_settings(const ExportSettings& settings) {
   ublk::DeviceSettings device;
   device.dev_id = settings.device_id;
   device.queues = static_cast<uint16_t>(settings.queues);
   device.depth = static_cast<uint16_t>(settings.depth);
-  device.binding = binding(settings.queue_affinity);
+  device.affinity = settings.queue_affinity;
   return device;
 }
 
@@ -71,7 +62,7 @@ Result<std::unique_ptr<ExportedDevice>> UblkFrontend::restore(cache::Cache& cach
     const auto id = static_cast<uint32_t>(settings.device_id);
     auto info = control_->info(id);
     if (info.ok() && info->state != UBLK_S_DEV_DEAD) {
-      auto device = ublk::UblkDevice::recover(*control_, cache, id, binding(settings.queue_affinity));
+      auto device = ublk::UblkDevice::recover(*control_, cache, id, settings.queue_affinity);
       if (!device.ok()) return device.status();
       return exported(std::move(device.value()));
     }
