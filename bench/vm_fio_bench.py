@@ -80,7 +80,7 @@ for round in $(seq ROUNDS); do
     prefill $dev
 JOBLINES
     case $target in
-      pcached*) pcached remove cache0 >/dev/null ;;
+      pcached*) pcached remove cache0 >/dev/null 2>&1 ;;  # (its progress bar would run into the next RESULT line)
       writecache) /sbin/dmsetup remove --noudevsync wc ;;
       ublk-null*) kill $null_pid; wait $null_pid || { echo "pcached-ublk-null failed"; cat /tmp/null.log; exit 1; } ;;
     esac
