@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
   app.add_option("--queues", queues, "ublk queues (default min(cpus, 4))")->check(CLI::Range(1, 64));
   app.add_option("--depth", depth, "tags per queue")->check(CLI::Range(1, 4096))->capture_default_str();
   app.add_option("--queue-affinity", affinity, "as pcached add --queue-affinity")
-      ->check(CLI::IsMember(std::vector<std::string>(ublk::kQueueAffinityNames.begin(), ublk::kQueueAffinityNames.end())))
+      ->check(CLI::IsMember(ublk::queue_affinity_names()))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   spdlog::set_default_logger(spdlog::stderr_color_mt("pcached"));  // stdout carries the device's path

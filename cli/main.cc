@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
   add->add_option("--queue-affinity", queue_affinity,
                   "kernel: bind each queue's thread to the CPUs the kernel maps to its queue; auto: the same "
                   "where those are more than one CPU; none: let the scheduler place it")
-      ->check(CLI::IsMember(std::vector<std::string>(ublk::kQueueAffinityNames.begin(), ublk::kQueueAffinityNames.end())))
+      ->check(CLI::IsMember(ublk::queue_affinity_names()))
       ->capture_default_str();
   add->add_option("--mode", mode, "cache mode")
       ->check(CLI::IsMember({"writeback", "writethrough", "writearound"}))

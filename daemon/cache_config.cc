@@ -98,7 +98,7 @@ Result<CacheConfig> config_from_json(const nlohmann::json& doc) {
   c.depth = static_cast<unsigned>(depth.value());
   const std::optional<QueueAffinity> parsed = ublk::parse_queue_affinity(affinity.value());
   if (!parsed) {
-    return Status::error(EINVAL, "queue_affinity '" + affinity.value() + "': expected 'auto', 'kernel' or 'none'");
+    return Status::error(EINVAL, "queue_affinity '" + affinity.value() + "': expected " + ublk::queue_affinity_choices());
   }
   c.queue_affinity = *parsed;
   c.segment_size = segment.value();

@@ -20,4 +20,17 @@ std::optional<QueueAffinity> parse_queue_affinity(std::string_view text) {
   return std::nullopt;
 }
 
+std::vector<std::string> queue_affinity_names() {
+  return {kQueueAffinityNames.begin(), kQueueAffinityNames.end()};
+}
+
+std::string queue_affinity_choices() {
+  std::string text;
+  for (size_t i = 0; i < kQueueAffinityNames.size(); ++i) {
+    if (i > 0) text += i + 1 == kQueueAffinityNames.size() ? " or " : ", ";
+    text += "'" + std::string(kQueueAffinityNames[i]) + "'";
+  }
+  return text;
+}
+
 }  // namespace pcached::ublk

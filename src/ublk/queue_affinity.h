@@ -5,7 +5,9 @@
 
 #include <array>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace pcached::ublk {
 
@@ -24,5 +26,8 @@ inline constexpr std::array<std::string_view, 3> kQueueAffinityNames = {"auto", 
 std::string_view to_string(QueueAffinity affinity);
 // nullopt for anything but one of kQueueAffinityNames.
 std::optional<QueueAffinity> parse_queue_affinity(std::string_view text);
+// The names as a list for CLI11's IsMember, and as "'auto', 'kernel' or 'none'" for an error.
+std::vector<std::string> queue_affinity_names();
+std::string queue_affinity_choices();
 
 }  // namespace pcached::ublk
