@@ -287,7 +287,11 @@ nlohmann::json Daemon::describe(const Managed& managed, bool detailed) const {
   doc["writeback"] = {{"bytes", s.writeback_bytes}, {"batches", s.writeback_batches}, {"errors", s.writeback_errors},
                       {"lost_bytes", s.writeback_lost_bytes},
                       {"stalled", s.writeback_stalled}, {"eager", s.writeback_eager}};
-  doc["gc"] = {{"runs", s.gc_runs}, {"segments_reclaimed", s.segments_reclaimed}, {"threshold_percent", tunables.gc_threshold}};
+  doc["gc"] = {{"runs", s.gc_runs},
+               {"segments_reclaimed", s.segments_reclaimed},
+               {"moved_bytes", s.gc_moved_bytes},
+               {"evicted_bytes", s.gc_evicted_bytes},
+               {"threshold_percent", tunables.gc_threshold}};
   doc["fills"] = {{"total", s.fills}, {"bytes", s.fill_bytes}, {"deferred", s.promotions_deferred}};
   doc["bypass"] = {{"reads", s.bypassed_reads}, {"writes", s.bypassed_writes}, {"bytes", s.bypassed_bytes}};
   doc["direct_writes"] = {{"total", s.direct_writes}, {"errors", s.direct_write_errors},

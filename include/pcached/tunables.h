@@ -32,7 +32,7 @@ std::string_view to_string(GcPolicy policy);
 struct Tunables {
   CacheMode mode = CacheMode::Writeback;
   // GC reclaims clean segments while more than this share of segments is in use (0-90).
-  unsigned gc_threshold = 70;
+  unsigned gc_threshold = 90;
   // Which clean segments GC reclaims first.
   GcPolicy gc_policy = GcPolicy::CostBenefit;
   // Read misses are copied into the cache ...

@@ -207,23 +207,32 @@ bool ExtentIndex::insert_fill(uint64_t sector, uint32_t sectors, uint64_t locati
   return true;
 }
 
-uint64_t ExtentIndex::evict_if(const std::function<bool(uint64_t location)>& in_reclaimed) {
+uint64_t ExtentIndex::reclaim(absl::FunctionRef<bool(uint64_t location)> in_reclaimed, Relocator relocate) {
   uint64_t evicted = 0;
   for (Shard& shard : shards_) {
     std::unique_lock lock(shard.mutex);
     bool changed = false;
     for (auto it = shard.map.begin(); it != shard.map.end();) {
-      const Extent& extent = it->second;
-      if (extent.has_data() && in_reclaimed(extent.location)) {
-        evicted += extent.sectors;
-        account(shard, extent, -static_cast<int64_t>(extent.sectors));
-        shard.extents.fetch_sub(1, std::memory_order_relaxed);
-        it = shard.map.erase(it);
-        changed = true;
-      } else {
+      Extent& extent = it->second;
+      if (!extent.has_data() || !in_reclaimed(extent.location)) {
         ++it;
+        continue;
       }
+      changed = true;
+      if (const std::optional<uint64_t> moved = relocate(extent)) {
+        account(shard, extent, -static_cast<int64_t>(extent.sectors));
+        extent.location = *moved;
+        account(shard, extent, extent.sectors);
+        ++it;
+        continue;
+      }
+      evicted += extent.sectors;
+      account(shard, extent, -static_cast<int64_t>(extent.sectors));
+      shard.extents.fetch_sub(1, std::memory_order_relaxed);
+      it = shard.map.erase(it);
     }
+    // A fill that looked before a move finds the shard changed and is dropped: harmless, and it
+    // keeps insert_fill's rule simple (nothing it did not see has happened).
     if (changed) ++shard.change_count;
   }
   return evicted;

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <shared_mutex>
 #include <span>
 #include <vector>
@@ -109,9 +110,12 @@ class ExtentIndex {
   // with the backing read). [sector, sector+sectors) must lie within one stripe.
   bool insert_fill(uint64_t sector, uint32_t sectors, uint64_t location, uint64_t change_count);
 
-  // Removes every extent with data in the region for which in_reclaimed(location) holds: the
-  // segments GC reclaims. Returns the sectors evicted.
-  uint64_t evict_if(const std::function<bool(uint64_t location)>& in_reclaimed);
+  // For every extent with data in the region for which in_reclaimed(location) holds (the segments
+  // GC reclaims): relocate(extent) may copy its data elsewhere and return the new location, under
+  // the shard's lock held exclusively, so that nobody reads or changes the extent meanwhile; an
+  // extent it returns nullopt for is evicted. Returns the sectors evicted.
+  using Relocator = absl::FunctionRef<std::optional<uint64_t>(const Extent& extent)>;
+  uint64_t reclaim(absl::FunctionRef<bool(uint64_t location)> in_reclaimed, Relocator relocate);
 
   // What a range holds: anything cached at all, and anything written by a key at or above
   // dirty_from (the clean horizon: data not yet on the backing device).

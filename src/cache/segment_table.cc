@@ -17,7 +17,7 @@ void SegmentTable::rebuild_free_list(const std::function<bool(uint32_t)>& is_bad
   free_count_ = static_cast<uint32_t>(free_.size());
 }
 
-std::optional<uint32_t> SegmentTable::allocate(SegmentUse use, bool wait) {
+std::optional<uint32_t> SegmentTable::allocate(SegmentUse use, bool wait, bool clean_only) {
   std::unique_lock lock(mutex_);
   if (free_.empty() && wait && !shut_down_) {
     waiters_.fetch_add(1, std::memory_order_relaxed);
@@ -34,6 +34,7 @@ std::optional<uint32_t> SegmentTable::allocate(SegmentUse use, bool wait) {
   ++info.generation;
   info.sealed = false;
   info.max_dirty_seq = 0;
+  info.clean_only = clean_only;
   return segment;
 }
 
@@ -50,6 +51,7 @@ void SegmentTable::release(uint32_t segment, bool bad) {
     segments_[segment].use = bad ? SegmentUse::Bad : SegmentUse::Free;
     segments_[segment].sealed = false;
     segments_[segment].max_dirty_seq = 0;
+    segments_[segment].clean_only = false;
     if (bad) return;
     free_.push_back(segment);
     free_count_ = static_cast<uint32_t>(free_.size());
@@ -75,14 +77,15 @@ std::vector<uint32_t> SegmentTable::reclaimable_data(uint64_t horizon, size_t li
   return candidates;
 }
 
-uint64_t SegmentTable::horizon_reclaiming(size_t count, const std::function<bool(uint32_t)>& skip) const {
+uint64_t SegmentTable::horizon_reclaiming(size_t count,
+                                          const std::function<bool(uint32_t, const SegmentInfo&)>& skip) const {
   if (count == 0) return 0;
   std::vector<uint64_t> newest;
   {
     std::lock_guard lock(mutex_);
     for (uint32_t i = 0; i < segments_.size(); ++i) {
       const SegmentInfo& info = segments_[i];
-      if (info.use == SegmentUse::Data && info.sealed && !skip(i)) newest.push_back(info.max_dirty_seq);
+      if (info.use == SegmentUse::Data && info.sealed && !skip(i, info)) newest.push_back(info.max_dirty_seq);
     }
   }
   if (newest.size() < count) return UINT64_MAX;
@@ -96,7 +99,9 @@ std::vector<uint32_t> SegmentTable::dirty_data_segments(uint64_t horizon) const 
   std::vector<uint32_t> dirty;
   for (uint32_t i = 0; i < segments_.size(); ++i) {
     const SegmentInfo& info = segments_[i];
-    if (info.use == SegmentUse::Data && (!info.sealed || info.max_dirty_seq >= horizon)) dirty.push_back(i);
+    if (info.use == SegmentUse::Data && (info.sealed ? info.max_dirty_seq >= horizon : !info.clean_only)) {
+      dirty.push_back(i);
+    }
   }
   return dirty;
 }

@@ -24,6 +24,7 @@ struct SegmentInfo {
   bool sealed = false;      // Data: no more writes go into it
   uint64_t sealed_order = 0;  // Data: when it was sealed (GC reclaims the oldest first)
   uint64_t max_dirty_seq = 0;  // Data: newest key whose data is in it (0: only clean fills)
+  bool clean_only = false;     // Data: only ever gets clean data (GC moves live data into it)
 };
 
 class SegmentTable {
@@ -39,7 +40,8 @@ class SegmentTable {
 
   // Takes a free segment for `use`, bumping its generation; waits while there is none unless
   // `wait` is false (then nullopt). Returns the segment; its new generation is in info(segment).
-  std::optional<uint32_t> allocate(SegmentUse use, bool wait);
+  // clean_only: a data segment that will hold clean data only, never dirty while open.
+  std::optional<uint32_t> allocate(SegmentUse use, bool wait, bool clean_only = false);
   // No more writes go into the segment; max_dirty_seq is the newest key whose data is in it
   // (its writer tracks that while the segment is open: GC never looks at open segments).
   void seal(uint32_t segment, uint64_t max_dirty_seq);
@@ -53,10 +55,10 @@ class SegmentTable {
   // The lowest clean horizon at which `count` sealed data segments, not counting those `skip`
   // names, are reclaimable (one past the count-th smallest max_dirty_seq); UINT64_MAX when fewer
   // are sealed. skip is called under the table's lock.
-  uint64_t horizon_reclaiming(size_t count, const std::function<bool(uint32_t)>& skip) const;
+  uint64_t horizon_reclaiming(size_t count, const std::function<bool(uint32_t, const SegmentInfo&)>& skip) const;
 
-  // Data segments that may hold dirty data: open ones, and sealed ones with a key at or above
-  // horizon. Cheap enough for every writeback round.
+  // Data segments that may hold dirty data: open ones (but clean-only ones), and sealed ones with
+  // a key at or above horizon. Cheap enough for every writeback round.
   std::vector<uint32_t> dirty_data_segments(uint64_t horizon) const;
 
   uint32_t free_count() const { return free_count_.load(std::memory_order_relaxed); }

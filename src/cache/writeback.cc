@@ -24,6 +24,7 @@ constexpr size_t kDefaultBounce = 4 * MiB;
 constexpr uint64_t kMaxWrite = 1 * MiB;
 constexpr unsigned kFailuresBeforeGivingUp = 5;
 constexpr size_t kMaxSegmentsPerGc = 16;
+constexpr uint64_t kMinFreeSegments = 2;
 // Every batch ends with a flush of the backing device and an update of the control area. Chasing
 // the head of the journal a few KiB at a time spends writeback on those, and takes the CPU and
 // the device from the foreground: a batch smaller than kGatherBytes, with nobody waiting for
@@ -80,7 +81,7 @@ class GroupedCompletion final : public io::CompletionHandler {
 }  // namespace
 
 Writeback::Writeback(Engine& engine)
-    : engine_(engine), writer_(engine.make_writer()), bounce_(aligned_buffer(kDefaultBounce), std::free),
+    : engine_(engine), writer_(engine.make_writer()), relocation_(engine, writer_), bounce_(aligned_buffer(kDefaultBounce), std::free),
       bounce_size_(kDefaultBounce), tunables_(engine.tunables_) {
   auto ring = io::Ring::create(128);
   if (!ring.ok()) {
@@ -122,6 +123,8 @@ void Writeback::add_to(CacheStats& stats) const {
   stats.writeback_lost_bytes = lost_bytes_.load();
   stats.gc_runs = gc_runs_.load();
   stats.segments_reclaimed = reclaimed_.load();
+  stats.gc_moved_bytes = relocation_.moved_bytes();
+  stats.gc_evicted_bytes = evicted_bytes_.load();
   stats.writeback_stalled = stalled_.load();
   stats.writeback_eager = eager_.load();
 }
@@ -520,28 +523,39 @@ void Writeback::order_by_cost(std::vector<uint32_t>& candidates) const {
   for (size_t i = 0; i < ranked.size(); ++i) candidates[i] = ranked[i].second;
 }
 
+uint64_t Writeback::segments_allowed(const Tunables& tunables) const {
+  // A small cache keeps a few segments free even at a high threshold, so that a queue that fills
+  // its segment rarely has to wait for GC to reclaim one.
+  const uint64_t total = engine_.segments_->count();
+  return std::min(total * tunables.gc_threshold / 100, total > kMinFreeSegments ? total - kMinFreeSegments : 0);
+}
+
 bool Writeback::gc_needed(const Tunables& tunables) const {
   const SegmentTable& segments = *engine_.segments_;
-  const uint64_t total = segments.count();
-  const uint64_t used = total - segments.free_count();
-  return segments.waiters() > 0 || used * 100 > total * tunables.gc_threshold;
+  const uint64_t used = segments.count() - segments.free_count();
+  return segments.waiters() > 0 || used > segments_allowed(tunables);
 }
 
 size_t Writeback::segments_wanted(const Tunables& tunables) const {
   const SegmentTable& segments = *engine_.segments_;
-  const uint64_t total = segments.count();
-  const uint64_t used = total - segments.free_count();
-  const uint64_t allowed = total * tunables.gc_threshold / 100;
+  const uint64_t used = segments.count() - segments.free_count();
+  const uint64_t allowed = segments_allowed(tunables);
   return std::clamp<size_t>(used > allowed ? used - allowed : 1, 1, kMaxSegmentsPerGc);
 }
 
 uint64_t Writeback::horizon_for_gc(const Tunables& tunables) const {
-  return engine_.segments_->horizon_reclaiming(segments_wanted(tunables),
-                                               [&](uint32_t segment) { return lost_data_segments_.contains(segment); });
+  // Not counted: segments kept for lost data, and clean ones that hold so much live data that GC
+  // would rather not take them (moved or filled data, still mostly live): counting them, writeback
+  // would stop short and leave GC those to evict.
+  return engine_.segments_->horizon_reclaiming(segments_wanted(tunables), [&](uint32_t segment, const SegmentInfo& info) {
+    return lost_data_segments_.contains(segment) ||
+           (info.max_dirty_seq == 0 && !relocation_.worth_moving(engine_.activity_.live_sectors(segment)));
+  });
 }
 
 void Writeback::collect_garbage(const Tunables& tunables) {
   if (!gc_needed(tunables)) return;
+  relocation_.seal_when_short();
   SegmentTable& segments = *engine_.segments_;
   const size_t wanted = segments_wanted(tunables);
   std::vector<uint32_t> victims = segments.reclaimable_data(engine_.clean_horizon_.load(), SIZE_MAX);
@@ -555,16 +569,28 @@ void Writeback::collect_garbage(const Tunables& tunables) {
     ranges.emplace_back(start, start + engine_.superblock_.segment_size);
   }
   std::sort(ranges.begin(), ranges.end());
-  // Their data is clean: dropping it from the index sends reads to the backing device. Invariant
-  // 5: the next user of a segment writes a higher generation before any key can name it.
-  engine_.index_.evict_if([&](uint64_t location) {
-    auto it = std::upper_bound(ranges.begin(), ranges.end(), std::make_pair(location, UINT64_MAX));
-    return it != ranges.begin() && location < std::prev(it)->second;
-  });
+  // Their data is clean. Where little of it is live, it moves to the worker's own segment
+  // (gc_relocation.h); the rest is dropped from the index, which sends its reads to the backing
+  // device. Invariant 5: the next user of a segment writes a higher generation before any key can
+  // name it.
+  std::set<uint32_t> movable;
+  for (uint32_t segment : victims) {
+    if (relocation_.worth_moving(engine_.activity_.live_sectors(segment))) movable.insert(segment);
+  }
+  const uint64_t evicted = engine_.index_.reclaim(
+      [&](uint64_t location) {
+        auto it = std::upper_bound(ranges.begin(), ranges.end(), std::make_pair(location, UINT64_MAX));
+        return it != ranges.begin() && location < std::prev(it)->second;
+      },
+      [&](const Extent& extent) {
+        if (!movable.contains(engine_.superblock_.segment_at(extent.location))) return std::optional<uint64_t>();
+        return relocation_.move(extent, tunables.data_crc);
+      });
   for (const auto& [begin, end] : ranges) engine_.checksums_.forget(begin, end);
   for (uint32_t segment : victims) engine_.release_segment(segment);
   gc_runs_.fetch_add(1);
   reclaimed_.fetch_add(victims.size());
+  evicted_bytes_.fetch_add(evicted * kSectorSize);
 }
 
 void Writeback::interrupt_waits() {

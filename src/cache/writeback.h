@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "cache/gc_relocation.h"
 #include "cache/journal.h"
 #include "cache/sector_ranges.h"
 #include "cache/tunables_store.h"
@@ -88,6 +89,9 @@ class Writeback {
   void collect_garbage(const Tunables& tunables);
   // Cost-benefit order of GC candidates (given oldest-sealed first).
   void order_by_cost(std::vector<uint32_t>& candidates) const;
+  // How many segments may be in use before GC reclaims some: gc_threshold's share, but a couple
+  // short of all of them.
+  uint64_t segments_allowed(const Tunables& tunables) const;
   bool gc_needed(const Tunables& tunables) const;
   // How many segments GC should reclaim now (at least 1, at most kMaxSegmentsPerGc).
   size_t segments_wanted(const Tunables& tunables) const;
@@ -102,6 +106,7 @@ class Writeback {
   Engine& engine_;
   std::unique_ptr<io::Ring> ring_;
   pmem::PmemWriter writer_;
+  GcRelocation relocation_;  // after writer_, which it writes with
   std::unique_ptr<std::byte, void (*)(void*)> bounce_;
   size_t bounce_size_ = 0;
   TunablesView tunables_;  // the worker thread's copy
@@ -130,7 +135,7 @@ class Writeback {
   int last_error_ = 0;
   std::atomic<unsigned> consecutive_failures_{0};
 
-  std::atomic<uint64_t> bytes_{0}, batches_{0}, errors_{0}, gc_runs_{0}, reclaimed_{0};
+  std::atomic<uint64_t> bytes_{0}, batches_{0}, errors_{0}, gc_runs_{0}, reclaimed_{0}, evicted_bytes_{0};
   // Dirty data whose only copy hit a media error, and the segments that hold it (never reclaimed
   // during this attach). Touched by the worker thread only.
   std::atomic<uint64_t> lost_bytes_{0};

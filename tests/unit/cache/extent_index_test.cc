@@ -123,13 +123,14 @@ TEST_CASE("eviction by location removes exactly the extents in the range", "[cac
   index.insert(0, 8, 1000 * 512, 1, 0);
   index.insert(5000, 8, 2000 * 512, 2, 0);
   index.insert(9000, 8, 0, 3, Extent::kZero);
-  CHECK(index.evict_if([](uint64_t location) { return location >= 1000 * 512 && location < 1008 * 512; }) == 8);
+  CHECK(index.reclaim([](uint64_t location) { return location >= 1000 * 512 && location < 1008 * 512; },
+                      [](const Extent&) { return std::optional<uint64_t>(); }) == 8);
   CHECK(index.extents() == 2);
   CHECK(index.live_pieces(0, 8, 1).empty());
   CHECK(index.live_pieces(5000, 8, 2).size() == 1);
 }
 
-TEST_CASE("live sectors per segment follow inserts, overwrites, discards and evictions", "[cache][index][gc]") {
+TEST_CASE("live sectors per segment follow inserts, overwrites, discards, evictions and moves", "[cache][index][gc]") {
   constexpr uint64_t kSegment = 1 << 20;  // 2048 sectors
   SegmentActivity activity(0, kSegment, 8);
   ExtentIndex index;
@@ -153,12 +154,30 @@ TEST_CASE("live sectors per segment follow inserts, overwrites, discards and evi
       index.remove(sector, sectors, seq++);
       for (uint32_t i = 0; i < sectors; ++i) location_of[sector + i] = -1;
     } else {
+      // GC reclaims a segment: its data is evicted, or moved to the next segment at the same offset.
       const uint64_t victim = rng() % 8;
-      index.evict_if([&](uint64_t location) { return location / kSegment == victim; });
+      const bool move = rng() % 2 == 0;
+      const int64_t shift = (static_cast<int64_t>((victim + 1) % 8) - static_cast<int64_t>(victim)) * kSegment;
+      index.reclaim([&](uint64_t location) { return location / kSegment == victim; },
+                    [&](const Extent& extent) {
+                      return move ? std::optional<uint64_t>(extent.location + shift) : std::nullopt;
+                    });
       for (int64_t& location : location_of) {
-        if (location >= 0 && static_cast<uint64_t>(location) / kSegment == victim) location = -1;
+        if (location < 0 || static_cast<uint64_t>(location) / kSegment != victim) continue;
+        location = move ? location + shift : -1;
       }
     }
+  }
+  // Every sector is where the model says: moved data at its new place, evicted data gone.
+  for (uint64_t sector = 0; sector < 8192; ++sector) {
+    int64_t found = -1;
+    index.lookup(sector, 1, [&](std::span<const Piece> pieces, uint64_t) {
+      for (const Piece& piece : pieces) {
+        if (piece.cached && piece.extent.has_data()) found = static_cast<int64_t>(piece.extent.location);
+      }
+    });
+    INFO("sector " << sector);
+    REQUIRE(found == location_of[sector]);
   }
   std::vector<uint64_t> expected(8, 0);
   for (int64_t location : location_of) {
