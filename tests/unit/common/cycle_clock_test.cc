@@ -28,10 +28,12 @@ TEST_CASE("the cycle clock measures what steady_clock measures", "[common][clock
     const CycleClock::Ticks end = CycleClock::now();
     const auto wall = std::chrono::steady_clock::now() - wall_start;
     const auto measured = CycleClock::between(start, end);
-    // Both spans enclose the sleep; they differ by the readings' cost and the rate's error.
+    // Both spans enclose the sleep; they differ by the readings' cost and the rate's error, which
+    // goes either way (a TSan run once measured 171 ns more than steady_clock over 50 ms).
+    const double wall_ns = static_cast<double>(std::chrono::nanoseconds(wall).count());
     CHECK(measured >= span);
-    CHECK(measured <= wall);
-    CHECK(static_cast<double>(measured.count()) >= 0.98 * static_cast<double>(std::chrono::nanoseconds(wall).count()));
+    CHECK(static_cast<double>(measured.count()) <= 1.02 * wall_ns);
+    CHECK(static_cast<double>(measured.count()) >= 0.98 * wall_ns);
   }
 }
 
