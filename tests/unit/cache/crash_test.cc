@@ -358,12 +358,13 @@ TEST_CASE("power cuts lose no acknowledged operation while writeback and GC run"
 
   std::printf("power cuts (policy %s): %s; %u strict, %u partial, %u partial+torn, %u all+torn, %u cut again "
               "during recovery, %u with a write-zeroes or discard under way; live reads: %lu sectors, losses=%lu, "
-              "wrong=%lu; writeback %lu MiB, GC reclaimed %lu segments in %lu runs\n",
+              "wrong=%lu; writeback %lu MiB, GC reclaimed %lu segments in %lu runs, moved %lu KiB, evicted %lu KiB\n",
               policy.c_str(), totals.summary().c_str(), by_kind[kStrict], by_kind[kPartial], by_kind[kPartialTorn],
               by_kind[kAllTorn], nested, during_zero_or_discard, static_cast<unsigned long>(reads.sectors),
               static_cast<unsigned long>(reads.lost), static_cast<unsigned long>(reads.wrong),
               static_cast<unsigned long>(stats.writeback_bytes / MiB), static_cast<unsigned long>(stats.segments_reclaimed),
-              static_cast<unsigned long>(stats.gc_runs));
+              static_cast<unsigned long>(stats.gc_runs), static_cast<unsigned long>(stats.gc_moved_bytes / KiB),
+              static_cast<unsigned long>(stats.gc_evicted_bytes / KiB));
   INFO(totals.failures_text());
   CHECK(totals.lost == 0);
   CHECK(totals.wrong == 0);
