@@ -63,23 +63,26 @@ run_fuzz || status=1
 # One closing line over all builds, counted from meson's own logs.
 if python3 - <<'PY'
 import json, pathlib, sys
-passed = failed = 0
-for log in ("build/meson-logs/testlog.json", "build-asan/meson-logs/testlog.json",
-            "build-tsan/meson-logs/testlog.json", "build-fuzz/meson-logs/testlog.json"):
-    path = pathlib.Path(log)
+passed = 0
+failures = []
+for build in ("build", "build-asan", "build-tsan", "build-fuzz"):
+    path = pathlib.Path(build, "meson-logs", "testlog.json")
     if not path.exists():
-        failed += 1
+        failures.append(f"{build}: no test log (the build failed or did not run)")
         continue
     for line in path.read_text().splitlines():
-        result = json.loads(line)["result"]
-        if result == "OK":
+        test = json.loads(line)
+        if test["result"] == "OK":
             passed += 1
         else:
-            failed += 1
-print(f"tests: {passed} passed, {failed} failed")
+            failures.append(f"{build}: {test['name']} {test['result']}")
+# Named here too: the end of a long log is what a CI report keeps.
+for failure in failures:
+    print(f"FAILED {failure}")
+print(f"tests: {passed} passed, {len(failures)} failed")
 # A test meson counts as skipped (exit status 77) or a build whose log is missing fails the run
 # too, even where meson itself exited 0.
-sys.exit(1 if failed else 0)
+sys.exit(1 if failures else 0)
 PY
 then :; else status=1; fi
 exit $status
