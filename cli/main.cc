@@ -71,8 +71,9 @@ void print_status(const json& s) {
     std::printf("  reads       %s (hits %s, partial %s, misses %s)\n", r["total"].dump().c_str(), r["hits"].dump().c_str(),
                 r["partial_hits"].dump().c_str(), r["misses"].dump().c_str());
     const json& w = s["writes"];
-    std::printf("  writes      %s, %s discards, %s write-zeroes\n", w["total"].dump().c_str(), w["discards"].dump().c_str(),
-                w["write_zeroes"].dump().c_str());
+    std::printf("  writes      %s, %s discards, %s write-zeroes, %s waited for a free segment\n", w["total"].dump().c_str(),
+                w["discards"].dump().c_str(), w["write_zeroes"].dump().c_str(),
+                w.value("waited_for_segment", json(0)).dump().c_str());
     const json& wb = s["writeback"];
     std::printf("  writeback   %s written, %s errors%s%s\n", format_size(wb["bytes"].get<uint64_t>()).c_str(),
                 wb["errors"].dump().c_str(), wb["stalled"].get<bool>() ? ", STALLED (retrying)" : "",

@@ -283,7 +283,8 @@ nlohmann::json Daemon::describe(const Managed& managed, bool detailed) const {
   doc["reads"] = {{"total", s.reads}, {"hits", s.read_hits}, {"partial_hits", s.read_partial_hits},
                   {"misses", s.read_misses}, {"bytes", s.read_bytes}};
   doc["writes"] = {{"total", s.writes}, {"bytes", s.write_bytes}, {"discards", s.discards},
-                   {"write_zeroes", s.write_zeroes}, {"flushes", s.flushes}};
+                   {"write_zeroes", s.write_zeroes}, {"flushes", s.flushes},
+                   {"waited_for_segment", s.writer_waits}};
   doc["writeback"] = {{"bytes", s.writeback_bytes}, {"batches", s.writeback_batches}, {"errors", s.writeback_errors},
                       {"lost_bytes", s.writeback_lost_bytes},
                       {"stalled", s.writeback_stalled}, {"eager", s.writeback_eager}};
