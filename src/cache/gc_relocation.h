@@ -35,11 +35,18 @@ class GcRelocation {
   // when it is to be evicted instead: no segment to spare, a media error, a checksum mismatch.
   std::optional<uint64_t> move(const Extent& extent, bool data_crc);
 
-  // Seals the partly filled segment when writers are short of segments (or waiting) and most of
-  // what was moved into it has since been overwritten: it becomes GC's to reclaim like any other,
-  // its unused tail with it. (A segment still mostly live stays open: data moved into it keeps
-  // the working set cached when the cache is busiest.)
+  // Seals the partly filled segment when writers are short of segments (or waiting), it is over
+  // half full and most of what was moved into it has since been overwritten: it becomes GC's to
+  // reclaim like any other, its unused tail with it. (A segment still mostly live stays open: data
+  // moved into it keeps the working set cached when the cache is busiest. So does one with room
+  // left, which is what the next moves need.)
   void seal_when_short();
+
+  // Called once a GC run has released its victims. If a move of that run found no segment to go
+  // to (writers were short of segments, as they are whenever they outrun writeback), takes one of
+  // those just released, so that the next run moves rather than evicts. Without it, a writer that
+  // keeps waiting for room would have every GC run evict.
+  void open_if_starved();
 
   // Bytes moved so far (any thread).
   uint64_t moved_bytes() const { return moved_bytes_.load(std::memory_order_relaxed); }
@@ -51,8 +58,12 @@ class GcRelocation {
 
   Engine& engine_;
   pmem::PmemWriter& writer_;
+  // Opens a new segment for moves (sealing the full one); nullopt if none is free.
+  std::optional<uint32_t> open_segment();
+
   std::unique_ptr<std::byte[]> bounce_;  // one extent at most (a stripe)
   uint32_t open_segment_ = UINT32_MAX;
+  bool starved_ = false;  // a move found no segment since the last open_if_starved()
   uint64_t open_offset_ = 0;  // bytes from the segment start
   std::atomic<uint64_t> moved_bytes_{0};
 };

@@ -573,9 +573,9 @@ void Writeback::collect_garbage(const Tunables& tunables) {
   // (gc_relocation.h); the rest is dropped from the index, which sends its reads to the backing
   // device. Invariant 5: the next user of a segment writes a higher generation before any key can
   // name it.
-  std::set<uint32_t> movable;
+  std::vector<uint32_t> movable;  // a few segments (kMaxSegmentsPerGc): searched linearly
   for (uint32_t segment : victims) {
-    if (relocation_.worth_moving(engine_.activity_.live_sectors(segment))) movable.insert(segment);
+    if (relocation_.worth_moving(engine_.activity_.live_sectors(segment))) movable.push_back(segment);
   }
   const uint64_t evicted = engine_.index_.reclaim(
       [&](uint64_t location) {
@@ -583,11 +583,14 @@ void Writeback::collect_garbage(const Tunables& tunables) {
         return it != ranges.begin() && location < std::prev(it)->second;
       },
       [&](const Extent& extent) {
-        if (!movable.contains(engine_.superblock_.segment_at(extent.location))) return std::optional<uint64_t>();
+        if (std::ranges::find(movable, engine_.superblock_.segment_at(extent.location)) == movable.end()) {
+          return std::optional<uint64_t>();
+        }
         return relocation_.move(extent, tunables.data_crc);
       });
   for (const auto& [begin, end] : ranges) engine_.checksums_.forget(begin, end);
   for (uint32_t segment : victims) engine_.release_segment(segment);
+  relocation_.open_if_starved();
   gc_runs_.fetch_add(1);
   reclaimed_.fetch_add(victims.size());
   evicted_bytes_.fetch_add(evicted * kSectorSize);
