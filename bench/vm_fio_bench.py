@@ -134,37 +134,54 @@ def main():
         samples.setdefault((target, job), []).append(iops)
     targets = ["pcached", "pcached-pinned", "pcached-1q", "writecache", "pmem", "nullblk", "ublk-null",
                "ublk-null-pinned"]
-    table = {job: {t: statistics.median(samples.get((t, job), [0])) for t in targets} for job, _ in JOBS}
+    # A target left out (--only) has no figures: None in JSON, "-" in the table, never a zero.
+    table = {job: {t: statistics.median(samples[(t, job)]) if (t, job) in samples else None for t in targets}
+             for job, _ in JOBS}
 
     def ratios_of(target, reference="writecache"):
-        return {job: (row[target] / row[reference] if row[reference] else 0.0) for job, row in table.items()}
+        return {job: (row[target] / row[reference] if row[target] is not None and row[reference] else None)
+                for job, row in table.items()}
+
+    def per_round(target, reference="writecache"):
+        # Each round's ratio within that round: the host's noise moves both sides of it alike.
+        return {job: [a / b for a, b in zip(samples.get((target, job), []), samples.get((reference, job), [])) if b]
+                for job, _ in JOBS}
 
     ratios, ratios_pinned, ratios_1q = ratios_of("pcached"), ratios_of("pcached-pinned"), ratios_of("pcached-1q")
     null_ratios = ratios_of("pcached", "ublk-null")
     null_ratios_pinned = ratios_of("pcached-pinned", "ublk-null-pinned")
     null_vs_wc, null_vs_wc_pinned = ratios_of("ublk-null"), ratios_of("ublk-null-pinned")
+    rounds_vs_wc = per_round("pcached")
     if args.json:
         print(json.dumps({"benchmark": "vm-fio", "unit": "IOPS (median of rounds)", "rounds": args.rounds,
                           "iops": table, "pcached_vs_dm_writecache": ratios,
+                          "pcached_vs_dm_writecache_per_round": rounds_vs_wc,
                           "pcached_pinned_vs_dm_writecache": ratios_pinned,
                           "pcached_1_queue_vs_dm_writecache": ratios_1q,
                           "pcached_vs_ublk_null": null_ratios, "pcached_pinned_vs_ublk_null_pinned": null_ratios_pinned,
                           "ublk_null_vs_dm_writecache": null_vs_wc,
                           "ublk_null_pinned_vs_dm_writecache": null_vs_wc_pinned}, indent=2))
         return 0
+
+    def cell(value, width, digits):
+        return f"{'-':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
+
     print(f"\nfio in the VM (TCG), {args.rounds} rounds round robin, median IOPS")
     print(f"{'job':<20} {'pcached':>10} {'pinned':>10} {'1 queue':>10} {'dm-wc':>10} {'raw pmem':>10} {'null_blk':>10} "
-          f"{'pcached/dm-wc':>14} {'pinned/dm-wc':>13} {'1q/dm-wc':>9}")
+          f"{'pcached/dm-wc':>14} {'pinned/dm-wc':>13} {'1q/dm-wc':>9}  per round")
     for job, row in table.items():
-        print(f"{job:<20} {row['pcached']:>10.0f} {row['pcached-pinned']:>10.0f} {row['pcached-1q']:>10.0f} "
-              f"{row['writecache']:>10.0f} {row['pmem']:>10.0f} {row['nullblk']:>10.0f} {ratios[job]:>14.2f} "
-              f"{ratios_pinned[job]:>13.2f} {ratios_1q[job]:>9.2f}")
+        rounds = " ".join(f"{r:.2f}" for r in rounds_vs_wc[job]) or "-"
+        print(f"{job:<20} {cell(row['pcached'], 10, 0)} {cell(row['pcached-pinned'], 10, 0)} "
+              f"{cell(row['pcached-1q'], 10, 0)} {cell(row['writecache'], 10, 0)} {cell(row['pmem'], 10, 0)} "
+              f"{cell(row['nullblk'], 10, 0)} {cell(ratios[job], 14, 2)} {cell(ratios_pinned[job], 13, 2)} "
+              f"{cell(ratios_1q[job], 9, 2)}  {rounds}")
     print("\nthe ublk round trip alone: pcached-ublk-null (pcached's frontend, no engine), defaults | pinned")
     print(f"{'job':<20} {'null':>10} {'pinned':>10} {'null/dm-wc':>11} {'pin./dm-wc':>11} "
           f"{'pcached/null':>13} {'pin./pin.':>10}")
     for job, row in table.items():
-        print(f"{job:<20} {row['ublk-null']:>10.0f} {row['ublk-null-pinned']:>10.0f} {null_vs_wc[job]:>11.2f} "
-              f"{null_vs_wc_pinned[job]:>11.2f} {null_ratios[job]:>13.2f} {null_ratios_pinned[job]:>10.2f}")
+        print(f"{job:<20} {cell(row['ublk-null'], 10, 0)} {cell(row['ublk-null-pinned'], 10, 0)} "
+              f"{cell(null_vs_wc[job], 11, 2)} {cell(null_vs_wc_pinned[job], 11, 2)} "
+              f"{cell(null_ratios[job], 13, 2)} {cell(null_ratios_pinned[job], 10, 2)}")
     return 0
 
 
