@@ -80,7 +80,10 @@ for round in $(seq ROUNDS); do
     prefill $dev
 JOBLINES
     case $target in
-      pcached*) pcached remove cache0 >/dev/null 2>&1 ;;  # (its progress bar would run into the next RESULT line)
+      pcached*)
+        # What the engine did besides the I/O: writeback, GC's moves and evictions, writer waits.
+        pcached status cache0 | grep -E "^  (writes|writeback|gc) " | sed "s/^ */STATUS $target round $round: /"
+        pcached remove cache0 >/dev/null 2>&1 ;;  # (its progress bar would run into the next RESULT line)
       writecache) /sbin/dmsetup remove --noudevsync wc ;;
       ublk-null*) kill $null_pid; wait $null_pid || { echo "pcached-ublk-null failed"; cat /tmp/null.log; exit 1; } ;;
     esac
@@ -152,6 +155,7 @@ def main():
     null_ratios_pinned = ratios_of("pcached-pinned", "ublk-null-pinned")
     null_vs_wc, null_vs_wc_pinned = ratios_of("ublk-null"), ratios_of("ublk-null-pinned")
     rounds_vs_wc = per_round("pcached")
+    status = [" ".join(line.split()) for line in re.findall(r"^STATUS (.*)$", result.output, re.M)]
     if args.json:
         print(json.dumps({"benchmark": "vm-fio", "unit": "IOPS (median of rounds)", "rounds": args.rounds,
                           "iops": table, "pcached_vs_dm_writecache": ratios,
@@ -160,7 +164,8 @@ def main():
                           "pcached_1_queue_vs_dm_writecache": ratios_1q,
                           "pcached_vs_ublk_null": null_ratios, "pcached_pinned_vs_ublk_null_pinned": null_ratios_pinned,
                           "ublk_null_vs_dm_writecache": null_vs_wc,
-                          "ublk_null_pinned_vs_dm_writecache": null_vs_wc_pinned}, indent=2))
+                          "ublk_null_pinned_vs_dm_writecache": null_vs_wc_pinned,
+                          "pcached_status": status}, indent=2))
         return 0
 
     def cell(value, width, digits):
@@ -175,6 +180,10 @@ def main():
               f"{cell(row['pcached-1q'], 10, 0)} {cell(row['writecache'], 10, 0)} {cell(row['pmem'], 10, 0)} "
               f"{cell(row['nullblk'], 10, 0)} {cell(ratios[job], 14, 2)} {cell(ratios_pinned[job], 13, 2)} "
               f"{cell(ratios_1q[job], 9, 2)}  {rounds}")
+    if status:
+        print("\nthe engine's own work during the jobs (pcached status, cumulative over each round's jobs)")
+        for line in status:
+            print("  " + line)
     print("\nthe ublk round trip alone: pcached-ublk-null (pcached's frontend, no engine), defaults | pinned")
     print(f"{'job':<20} {'null':>10} {'pinned':>10} {'null/dm-wc':>11} {'pin./dm-wc':>11} "
           f"{'pcached/null':>13} {'pin./pin.':>10}")
