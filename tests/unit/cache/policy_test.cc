@@ -77,6 +77,30 @@ std::optional<int> writeback_nice() {
   return nice;
 }
 
+// 4 KiB writes of random blocks of [0, blocks) until `bytes` are written; returns the id each
+// block was last written with (0: never).
+std::vector<uint64_t> write_random_blocks(frontend::SyncQueue& queue, uint64_t blocks, uint64_t seed, uint64_t bytes) {
+  std::vector<uint64_t> latest(blocks, 0);
+  std::mt19937_64 random(seed);
+  for (uint64_t id = 1, written = 0; written < bytes; ++id, written += 4096) {
+    const uint64_t block = random() % blocks;
+    const auto data = pattern(id, block * 8, 8);
+    REQUIRE(queue.write(block * 8, 8, data.data()) == 4096);
+    latest[block] = id;
+  }
+  return latest;
+}
+
+// Every block reads back as last written.
+void check_blocks(frontend::SyncQueue& queue, const std::vector<uint64_t>& latest) {
+  std::vector<std::byte> buffer(4096);
+  for (uint64_t block = 0; block < latest.size(); ++block) {
+    INFO("block " << block);
+    REQUIRE(queue.read(block * 8, 8, buffer.data()) == 4096);
+    REQUIRE(decode_sector(buffer.data(), block * 8) == latest[block]);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("writethrough: the backing device has every acknowledged write, and the cache serves it",
@@ -456,15 +480,8 @@ TEST_CASE("GC writes back only what the segments it reclaims hold", "[cache][pol
   // the device first (next to nothing). Writing back every dirty key as it went (as GC pressure
   // used to) wrote back the whole working set again and again.
   constexpr uint64_t kBlocks = 4 * MiB / 4096;
-  std::vector<uint64_t> latest(kBlocks, 0);
-  std::mt19937_64 random(11);
-  uint64_t written = 0;
-  for (uint64_t id = 1; written < 5 * 32 * MiB; ++id, written += 4096) {
-    const uint64_t block = random() % kBlocks;
-    const auto data = pattern(id, block * 8, 8);
-    REQUIRE(queue->write(block * 8, 8, data.data()) == 4096);
-    latest[block] = id;
-  }
+  constexpr uint64_t written = 5 * 32 * MiB;
+  const std::vector<uint64_t> latest = write_random_blocks(*queue, kBlocks, 11, written);
   const cache::CacheStats stats = cache->stats();
   INFO("written back " << stats.writeback_bytes << " of " << written << " bytes; " << stats.segments_reclaimed
                        << " segments reclaimed; the writer waited for room " << stats.writer_waits << " times");
@@ -474,11 +491,7 @@ TEST_CASE("GC writes back only what the segments it reclaims hold", "[cache][pol
   CHECK(stats.writeback_bytes <= MiB + stats.writer_waits * 4 * MiB);
   // Everything reads back as last written, from the cache or the device, before and after a detach
   // that writes back the rest.
-  std::vector<std::byte> buffer(4096);
-  for (uint64_t block = 0; block < kBlocks; ++block) {
-    REQUIRE(queue->read(block * 8, 8, buffer.data()) == 4096);
-    REQUIRE(decode_sector(buffer.data(), block * 8) == latest[block]);
-  }
+  check_blocks(*queue, latest);
   queue.reset();
   REQUIRE(cache->detach(false).ok());
   const std::vector<std::byte> backing = read_file(files.backing.path());
@@ -503,27 +516,16 @@ TEST_CASE("GC moves the little live data of the segments it reclaims: a working 
       // point. Evicted, ~2% of the blocks (those not written again within the last ~32 MiB) would
       // read from the backing device at the end; moved, they stay.
       constexpr uint64_t kBlocks = 8 * MiB / 4096;
-      std::vector<uint64_t> latest(kBlocks, 0);
-      std::mt19937_64 random(17);
-      for (uint64_t id = 1, written = 0; written < 10 * 32 * MiB; ++id, written += 4096) {
-        const uint64_t block = random() % kBlocks;
-        const auto data = pattern(id, block * 8, 8);
-        REQUIRE(queue->write(block * 8, 8, data.data()) == 4096);
-        latest[block] = id;
-      }
+      const std::vector<uint64_t> latest = write_random_blocks(*queue, kBlocks, 17, 10 * 32 * MiB);
       REQUIRE(cache->flush_all().ok());
       const cache::CacheStats before = cache->stats();
       INFO(before.segments_reclaimed << " segments reclaimed, " << before.gc_moved_bytes << " bytes moved, "
                                      << before.writer_waits << " writer waits");
       CHECK(before.segments_reclaimed >= 100);
       CHECK(before.gc_moved_bytes > 0);
-      std::vector<std::byte> buffer(4096);
-      for (uint64_t block = 0; block < kBlocks; ++block) {
-        REQUIRE(queue->read(block * 8, 8, buffer.data()) == 4096);
-        REQUIRE(decode_sector(buffer.data(), block * 8) == latest[block]);
-      }
-      // A few may still be evicted: while a writer waits for room, GC does not take a segment to
-      // move data into (here the writer outruns writeback at times). Evicting, ~45 miss.
+      check_blocks(*queue, latest);
+      // A few may still be evicted: a GC run whose moves find no segment (the writer outruns
+      // writeback at times here) evicts, and takes a segment for the next run. Evicting, ~45 miss.
       const cache::CacheStats after = cache->stats();
       CHECK(after.read_hits - before.read_hits >= kBlocks - kBlocks / 200);
       CHECK(after.data_crc_errors == 0);
@@ -534,10 +536,7 @@ TEST_CASE("GC moves the little live data of the segments it reclaims: a working 
       cache.reset();
       cache = open_cache(files.options(false));
       queue = make_queue(*cache);
-      for (uint64_t block = 0; block < kBlocks; ++block) {
-        REQUIRE(queue->read(block * 8, 8, buffer.data()) == 4096);
-        REQUIRE(decode_sector(buffer.data(), block * 8) == latest[block]);
-      }
+      check_blocks(*queue, latest);
     }
   }
 }
@@ -555,14 +554,7 @@ TEST_CASE("GC moves data even when the writer keeps waiting for room behind a sl
   // A working set that fits, in 16 segments of 1 MiB, large enough that the oldest segments still
   // hold some of it when GC reclaims them.
   constexpr uint64_t kBlocks = 6 * MiB / 4096;
-  std::vector<uint64_t> latest(kBlocks, 0);
-  std::mt19937_64 random(23);
-  for (uint64_t id = 1, written = 0; written < 64 * MiB; ++id, written += 4096) {
-    const uint64_t block = random() % kBlocks;
-    const auto data = pattern(id, block * 8, 8);
-    REQUIRE(queue->write(block * 8, 8, data.data()) == 4096);
-    latest[block] = id;
-  }
+  const std::vector<uint64_t> latest = write_random_blocks(*queue, kBlocks, 23, 64 * MiB);
   cache->backing_faults().flushes.delay_us = 0;
   REQUIRE(cache->flush_all().ok());
   const cache::CacheStats before = cache->stats();
@@ -570,11 +562,7 @@ TEST_CASE("GC moves data even when the writer keeps waiting for room behind a sl
                                  << before.gc_evicted_bytes << " evicted, " << before.writer_waits << " writer waits");
   REQUIRE(before.writer_waits > 0);
   CHECK(before.gc_moved_bytes > 0);
-  std::vector<std::byte> buffer(4096);
-  for (uint64_t block = 0; block < kBlocks; ++block) {
-    REQUIRE(queue->read(block * 8, 8, buffer.data()) == 4096);
-    REQUIRE(decode_sector(buffer.data(), block * 8) == latest[block]);
-  }
+  check_blocks(*queue, latest);
   const cache::CacheStats after = cache->stats();
   INFO((after.read_hits - before.read_hits) << " of " << kBlocks << " blocks hit");
   // Moving, ~92% hit here; evicting at every run, 86%. (The bound is loose: how often the writer
