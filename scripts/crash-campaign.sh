@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A longer crash campaign than the test suite's: N SIGKILL points and N simulated power cuts
-# (default 1000 each; the power cuts are split over three copy policies and rotate strict cuts,
-# random shares of unflushed lines kept, and kept lines torn at 8-byte granularity), each followed
-# by recovery and a check of every sector against the reference model. Prints the totals.
+# (default 1000 each). The power cuts are split over four runs: three copy policies, and a
+# workload that fits in the cache, so that GC moves data; they rotate strict cuts, random shares
+# of unflushed lines kept, and kept lines torn at 8-byte granularity. Each is followed by recovery
+# and a check of every sector against the reference model. Prints the totals.
 #   scripts/crash-campaign.sh [N] [SEED]
 # SEED (default 0) varies the workloads from one campaign to the next. The log and, after a
 # failure, the region and backing images it was found on are kept in build/crash-campaign/.
