@@ -60,7 +60,8 @@ void print_status(const json& s) {
   std::printf("  cached      %s, dirty %s\n", bytes(s, "cached_bytes").c_str(), bytes(s, "dirty_bytes").c_str());
   if (s.contains("segments")) {
     const json& seg = s["segments"];
-    std::printf("  segments    %s total, %s free, %s data, %s journal, %s bad\n", seg["total"].dump().c_str(),
+    const std::string size = seg.contains("size_bytes") ? " of " + bytes(seg, "size_bytes") : "";
+    std::printf("  segments    %s total%s, %s free, %s data, %s journal, %s bad\n", seg["total"].dump().c_str(), size.c_str(),
                 seg["free"].dump().c_str(), seg["data"].dump().c_str(), seg["journal"].dump().c_str(),
                 seg.value("bad", json(0)).dump().c_str());
     if (s.contains("badblocks")) {
@@ -187,7 +188,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   add->add_option("--set", add_settings, "a setting as KEY=VALUE (repeatable; keys as for 'pcached set')");
   add->add_option("--copy-policy", copy_policy, "auto, nt, clflushopt, clwb or threshold:<size>")->capture_default_str();
-  add->add_option("--segment-size", segment_size, "segment size when formatting (e.g. 16M)");
+  add->add_option("--segment-size", segment_size, "segment size when formatting (e.g. 4M; by default 1M-16M, for about 64 segments)");
   add->add_flag("--format", format, "format the region (refused if it holds a cache, unless --force)");
   add->add_flag("--force", force, "format over an existing cache, or attach to a renumbered backing device");
   add->add_flag("--allow-volatile-region", allow_volatile, "accept a region without DAX (tests and demos only)");

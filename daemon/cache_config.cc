@@ -81,7 +81,11 @@ Result<CacheConfig> config_from_json(const nlohmann::json& doc) {
   auto queues = control::unsigned_arg(doc, "queues", c.queues, 1, 64);
   auto depth = control::unsigned_arg(doc, "depth", c.depth, 1, 4096);
   auto affinity = control::string_arg(doc, "queue_affinity", false, std::string(to_string(c.queue_affinity)));
-  auto segment = control::unsigned_arg(doc, "segment_size", c.segment_size, 1ull << 20, 1ull << 30);
+  auto segment = control::unsigned_arg(doc, "segment_size", c.segment_size, 0, 1ull << 30);
+  if (segment.ok() && segment.value() != 0 && segment.value() < (1ull << 20)) {
+    return Status::error(EINVAL, "argument 'segment_size' is " + std::to_string(segment.value()) +
+                                     "; it must be 0 (chosen from the region's size) or between 1048576 and 1073741824");
+  }
   auto volatile_region = control::bool_arg(doc, "allow_volatile_region", false);
   auto volatile_writeback = control::bool_arg(doc, "allow_volatile_writeback", false);
   for (const Status* status : {&name.status(), &region.status(), &backing.status(), &policy.status(), &queues.status(),

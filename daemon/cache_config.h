@@ -23,7 +23,7 @@ struct CacheConfig {
   int device_id = -1;  // the ublk device, once created
   bool allow_volatile_region = false;
   bool allow_volatile_writeback = false;
-  uint64_t segment_size = 16ull << 20;
+  uint64_t segment_size = 0;  // when formatting; 0: chosen from the region's size
   std::string copy_policy = "auto";
   cache::Tunables tunables;  // the state file's "settings": {name: text}
 };

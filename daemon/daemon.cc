@@ -277,7 +277,7 @@ nlohmann::json Daemon::describe(const Managed& managed, bool detailed) const {
   doc["depth"] = managed.config.depth;
   doc["queue_affinity"] = to_string(managed.config.queue_affinity);
   doc["logical_block_size"] = s.logical_block_size;
-  doc["segments"] = {{"total", s.segments_total}, {"free", s.segments_free}, {"data", s.segments_data},
+  doc["segments"] = {{"total", s.segments_total}, {"size_bytes", s.segment_bytes}, {"free", s.segments_free}, {"data", s.segments_data},
                      {"journal", s.segments_journal}, {"bad", s.segments_bad}};
   doc["badblocks"] = {{"ranges", s.bad_ranges}, {"bytes", s.bad_bytes}};
   doc["reads"] = {{"total", s.reads}, {"hits", s.read_hits}, {"partial_hits", s.read_partial_hits},

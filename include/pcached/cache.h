@@ -50,7 +50,7 @@ struct CacheOptions {
   // Writeback although the region's persistence domain may not survive power loss (recorded in
   // the superblock: later attaches keep it).
   bool allow_volatile_writeback = false;
-  uint64_t segment_size = 16 * MiB;    // used when formatting
+  uint64_t segment_size = 0;           // used when formatting; 0: chosen from the region's size
   Tunables tunables;                   // mode, GC, promotion, sequential cutoff, writeback
   pmem::CopyPolicySettings copy_policy;  // scratch area is filled in by the engine
   // Tests: observe every pmem store, flush and fence (the persistence simulator).
@@ -100,6 +100,7 @@ struct CacheStats {
   std::string persistence_domain;        // of the region: cpu_cache, memory_controller, none, unknown, volatile/test
   bool volatile_writeback = false;       // writeback allowed on a domain that may lose it (the override)
   uint64_t capacity_bytes = 0;  // the data area of the region
+  uint64_t segment_bytes = 0;
   uint64_t device_bytes = 0;    // the backing device: the size of the cached block device
   uint32_t logical_block_size = 512;
   uint64_t cached_bytes = 0;

@@ -77,7 +77,7 @@ Result<Superblock> format_region(const CacheOptions& options, const pmem::Region
   for (uint8_t& byte : sb.uuid) byte = static_cast<uint8_t>(entropy());
   sb.created_unix = static_cast<uint64_t>(std::time(nullptr));
   sb.region_size = region.size();
-  sb.segment_size = options.segment_size;
+  sb.segment_size = options.segment_size != 0 ? options.segment_size : format::default_segment_size(region.size());
   if (!std::has_single_bit(sb.segment_size) || sb.segment_size < format::kMinSegmentSize ||
       sb.segment_size > format::kMaxSegmentSize) {
     return Status::error(EINVAL, "segment size " + std::to_string(sb.segment_size) +
@@ -458,6 +458,7 @@ CacheStats Engine::stats() const {
   s.persistence_domain = std::string(pmem::to_string(domain_));
   s.volatile_writeback = s.tunables.mode == CacheMode::Writeback && !pmem::survives_power_loss(domain_);
   s.capacity_bytes = uint64_t{superblock_.segment_count} * superblock_.segment_size;
+  s.segment_bytes = superblock_.segment_size;
   s.device_bytes = backing_->size();
   s.logical_block_size = backing_->logical_block_size();
   s.cached_bytes = index_.cached_sectors() * format::kSectorSize;

@@ -33,7 +33,7 @@ struct Superblock {
   std::array<uint8_t, 16> uuid{};
   uint64_t created_unix = 0;
   uint64_t region_size = 0;
-  uint64_t segment_size = kDefaultSegmentSize;
+  uint64_t segment_size = kLargestDefaultSegmentSize;
   uint32_t segment_count = 0;
   CacheMode mode = CacheMode::Writeback;
   uint64_t data_start = kDataStart;

@@ -59,6 +59,22 @@ TEST_CASE("a formatted cache serves writes from pmem and misses from the backing
   REQUIRE(cache->detach(false).ok());
 }
 
+TEST_CASE("a format with no segment size picks one for about 64 segments, 1 MiB to 16 MiB", "[cache][engine]") {
+  STATIC_REQUIRE(format::default_segment_size(format::kDataStart + 352 * MiB) == 4 * MiB);
+  STATIC_REQUIRE(format::default_segment_size(format::kDataStart + 1024 * MiB) == 16 * MiB);
+  STATIC_REQUIRE(format::default_segment_size(format::kDataStart + 64 * GiB) == 16 * MiB);
+  STATIC_REQUIRE(format::default_segment_size(format::kDataStart + 16 * MiB) == 1 * MiB);
+  STATIC_REQUIRE(format::default_segment_size(0) == 1 * MiB);
+  // As the engine formats: 88 segments of 4 MiB in 352 MiB.
+  CacheFiles files(format::kDataStart + 352 * MiB, kBackingBytes);
+  cache::CacheOptions options = files.options(/*format=*/true);
+  options.segment_size = 0;
+  auto cache = open_cache(options);
+  const cache::CacheStats stats = cache->stats();
+  CHECK(stats.segment_bytes == 4 * MiB);
+  CHECK(stats.segments_total == 88);
+}
+
 TEST_CASE("write-zeroes reads back as zeros and discard forgets the cached copy", "[cache][engine]") {
   CacheFiles files(kRegionBytes, kBackingBytes);
   auto cache = open_cache(files.options(true));
