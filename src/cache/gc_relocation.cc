@@ -46,15 +46,16 @@ void GcRelocation::open_if_starved() {
   if (!starved_) return;
   starved_ = false;
   // Right after the victims were released, before the writers they woke take them all: one of
-  // them, once, which the moves it takes pay back (each frees half a victim or more).
-  if (open_segment_ == UINT32_MAX) open_segment();
+  // them, once, which the moves it takes pay back (each frees half a victim or more). The one
+  // open so far had no room for the move that starved.
+  open_segment();
 }
 
 std::optional<uint32_t> GcRelocation::open_segment() {
   SegmentTable& segments = *engine_.segments_;
   const auto segment = segments.allocate(SegmentUse::Data, /*wait=*/false, /*clean_only=*/true);
   if (!segment) return std::nullopt;
-  // The full one (its tail left unused when the extent did not fit) becomes GC's to reclaim.
+  // The one before (its tail left unused when an extent did not fit) becomes GC's to reclaim.
   if (open_segment_ != UINT32_MAX) segments.seal(open_segment_, 0);
   open_segment_ = *segment;
   open_offset_ = format::kSegmentHeaderSize;

@@ -56,15 +56,16 @@ class GcRelocation {
   // as long as writers are not short of segments.
   std::optional<uint64_t> place(uint32_t sectors);
 
-  Engine& engine_;
-  pmem::PmemWriter& writer_;
-  // Opens a new segment for moves (sealing the full one); nullopt if none is free.
+  // Opens a new segment for moves, sealing the one open before (its unused tail goes with it);
+  // nullopt if none is free.
   std::optional<uint32_t> open_segment();
 
+  Engine& engine_;
+  pmem::PmemWriter& writer_;
   std::unique_ptr<std::byte[]> bounce_;  // one extent at most (a stripe)
   uint32_t open_segment_ = UINT32_MAX;
-  bool starved_ = false;  // a move found no segment since the last open_if_starved()
   uint64_t open_offset_ = 0;  // bytes from the segment start
+  bool starved_ = false;      // a move found no room since the last open_if_starved()
   std::atomic<uint64_t> moved_bytes_{0};
 };
 
