@@ -4,6 +4,7 @@
 // the cache engine: bench/vm_fio_bench.py runs fio on it next to pcached.
 //
 //   pcached-ublk-null [--size 1G] [--queues N] [--depth 128] [--queue-affinity auto|kernel|none]
+//                     [--queue-poll-us 50]
 //
 // Prints the block device's path once it is started, serves until SIGINT or SIGTERM, then removes
 // the device.
@@ -62,11 +63,15 @@ int main(int argc, char** argv) {
   unsigned queues = std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
   unsigned depth = 128;
   std::string affinity = "auto";
+  uint64_t poll_us = ublk::kDefaultQueuePoll.count();
   app.add_option("--size", size_text, "device size")->capture_default_str();
   app.add_option("--queues", queues, "ublk queues (default min(cpus, 4))")->check(CLI::Range(1, 64));
   app.add_option("--depth", depth, "tags per queue")->check(CLI::Range(1, 4096))->capture_default_str();
   app.add_option("--queue-affinity", affinity, "as pcached add --queue-affinity")
       ->check(CLI::IsMember(ublk::queue_affinity_names()))
+      ->capture_default_str();
+  app.add_option("--queue-poll-us", poll_us, "as pcached add --queue-poll-us")
+      ->check(CLI::Range(uint64_t{0}, static_cast<uint64_t>(ublk::kMaxQueuePoll.count())))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   spdlog::set_default_logger(spdlog::stderr_color_mt("pcached"));  // stdout carries the device's path
@@ -93,6 +98,7 @@ int main(int argc, char** argv) {
   settings.queues = static_cast<uint16_t>(queues);
   settings.depth = static_cast<uint16_t>(depth);
   settings.affinity = ublk::parse_queue_affinity(affinity).value();  // checked by CLI11
+  settings.poll = std::chrono::microseconds(poll_us);
   auto device = ublk::UblkDevice::create(*control.value(), target, settings);
   if (!device.ok()) {
     std::fprintf(stderr, "pcached-ublk-null: %s\n", device.status().message().c_str());

@@ -15,6 +15,7 @@
 #include "pcached/tunables.h"
 #include "pcached/units.h"
 #include "ublk/queue_affinity.h"
+#include "ublk/queue_poll.h"
 
 using namespace pcached;
 using nlohmann::json;
@@ -100,8 +101,8 @@ void print_status(const json& s) {
                 s["errors"]["backing_read"].dump().c_str(), s["errors"]["backing_write"].dump().c_str(),
                 s["errors"]["media"].dump().c_str(), s["errors"]["data_crc"].dump().c_str());
     std::printf("  copy policy %s\n", text(s, "copy_policy").c_str());
-    std::printf("  queues      %s x depth %s, affinity %s\n", s["queues"].dump().c_str(), s["depth"].dump().c_str(),
-                text(s, "queue_affinity").c_str());
+    std::printf("  queues      %s x depth %s, affinity %s, spin %s us before sleeping\n", s["queues"].dump().c_str(),
+                s["depth"].dump().c_str(), text(s, "queue_affinity").c_str(), s["queue_poll_us"].dump().c_str());
     std::string line;
     for (const auto& [key, value] : s["settings"].items()) line += " " + key + "=" + value.get<std::string>();
     std::printf("  settings   %s\n", line.c_str());
@@ -167,6 +168,7 @@ int main(int argc, char** argv) {
   std::string cache_path, backing_path, name, mode = "writeback", copy_policy = "auto", segment_size;
   unsigned queues = 0, depth = 128;
   std::string queue_affinity = "auto";
+  uint64_t queue_poll_us = ublk::kDefaultQueuePoll.count();
   std::vector<std::string> add_settings;
   std::vector<std::string> setting_keys = {"copy_policy"};
   for (std::string_view tunable : cache::tunable_names()) setting_keys.emplace_back(tunable);
@@ -182,6 +184,11 @@ int main(int argc, char** argv) {
                   "kernel: bind each queue's thread to the CPUs the kernel maps to its queue; auto: the same "
                   "where those are more than one CPU; none: let the scheduler place it")
       ->check(CLI::IsMember(ublk::queue_affinity_names()))
+      ->capture_default_str();
+  add->add_option("--queue-poll-us", queue_poll_us,
+                  "microseconds a queue's thread spins for the next request before it sleeps (0: never; "
+                  "spinning trades CPU for latency)")
+      ->check(CLI::Range(uint64_t{0}, static_cast<uint64_t>(ublk::kMaxQueuePoll.count())))
       ->capture_default_str();
   add->add_option("--mode", mode, "cache mode")
       ->check(CLI::IsMember({"writeback", "writethrough", "writearound"}))
@@ -233,7 +240,7 @@ int main(int argc, char** argv) {
   if (add->parsed()) {
     request.command = "add";
     request.args = {{"cache", cache_path}, {"backing", backing_path}, {"depth", depth},
-                    {"queue_affinity", queue_affinity}, {"copy_policy", copy_policy},
+                    {"queue_affinity", queue_affinity}, {"queue_poll_us", queue_poll_us}, {"copy_policy", copy_policy},
                     {"format", format}, {"force", force}, {"allow_volatile_region", allow_volatile},
                     {"allow_volatile_writeback", allow_volatile_writeback}};
     if (!name.empty()) request.args["name"] = name;

@@ -26,6 +26,7 @@ nlohmann::json to_json(const CacheConfig& c) {
           {"queues", c.queues},
           {"depth", c.depth},
           {"queue_affinity", to_string(c.queue_affinity)},
+          {"queue_poll_us", c.queue_poll_us},
           {"device_id", c.device_id},
           {"allow_volatile_region", c.allow_volatile_region},
           {"allow_volatile_writeback", c.allow_volatile_writeback},
@@ -81,6 +82,8 @@ Result<CacheConfig> config_from_json(const nlohmann::json& doc) {
   auto queues = control::unsigned_arg(doc, "queues", c.queues, 1, 64);
   auto depth = control::unsigned_arg(doc, "depth", c.depth, 1, 4096);
   auto affinity = control::string_arg(doc, "queue_affinity", false, std::string(to_string(c.queue_affinity)));
+  auto poll = control::unsigned_arg(doc, "queue_poll_us", c.queue_poll_us, 0,
+                                   static_cast<uint64_t>(ublk::kMaxQueuePoll.count()));
   auto segment = control::unsigned_arg(doc, "segment_size", c.segment_size, 0, 1ull << 30);
   if (segment.ok() && segment.value() != 0 && segment.value() < (1ull << 20)) {
     return Status::error(EINVAL, "argument 'segment_size' is " + std::to_string(segment.value()) +
@@ -89,7 +92,7 @@ Result<CacheConfig> config_from_json(const nlohmann::json& doc) {
   auto volatile_region = control::bool_arg(doc, "allow_volatile_region", false);
   auto volatile_writeback = control::bool_arg(doc, "allow_volatile_writeback", false);
   for (const Status* status : {&name.status(), &region.status(), &backing.status(), &policy.status(), &queues.status(),
-                               &depth.status(), &affinity.status(), &segment.status(), &volatile_region.status(),
+                               &depth.status(), &affinity.status(), &poll.status(), &segment.status(), &volatile_region.status(),
                                &volatile_writeback.status()}) {
     if (!status->ok()) return *status;
   }
@@ -105,6 +108,7 @@ Result<CacheConfig> config_from_json(const nlohmann::json& doc) {
     return Status::error(EINVAL, "queue_affinity '" + affinity.value() + "': expected " + ublk::queue_affinity_choices());
   }
   c.queue_affinity = *parsed;
+  c.queue_poll_us = poll.value();
   c.segment_size = segment.value();
   c.allow_volatile_region = volatile_region.value();
   c.allow_volatile_writeback = volatile_writeback.value();

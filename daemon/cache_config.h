@@ -20,6 +20,7 @@ struct CacheConfig {
   unsigned queues = 1;
   unsigned depth = 128;
   QueueAffinity queue_affinity = QueueAffinity::Auto;  // "queue_affinity": "auto", "kernel" or "none"
+  uint64_t queue_poll_us = ublk::kDefaultQueuePoll.count();  // "queue_poll_us": 0 to 10000
   int device_id = -1;  // the ublk device, once created
   bool allow_volatile_region = false;
   bool allow_volatile_writeback = false;

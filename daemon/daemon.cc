@@ -16,7 +16,8 @@ std::string state_path(const DaemonOptions& options) { return options.state_dir 
 unsigned default_queues() { return std::clamp(std::thread::hardware_concurrency(), 1u, 4u); }
 
 ExportSettings export_settings(const CacheConfig& config) {
-  return {config.device_id, config.queues, config.depth, config.queue_affinity};
+  return {config.device_id, config.queues, config.depth, config.queue_affinity,
+          std::chrono::microseconds(config.queue_poll_us)};
 }
 
 }  // namespace
@@ -276,6 +277,7 @@ nlohmann::json Daemon::describe(const Managed& managed, bool detailed) const {
   doc["queues"] = managed.config.queues;
   doc["depth"] = managed.config.depth;
   doc["queue_affinity"] = to_string(managed.config.queue_affinity);
+  doc["queue_poll_us"] = managed.config.queue_poll_us;
   doc["logical_block_size"] = s.logical_block_size;
   doc["segments"] = {{"total", s.segments_total}, {"size_bytes", s.segment_bytes}, {"free", s.segments_free}, {"data", s.segments_data},
                      {"journal", s.segments_journal}, {"bad", s.segments_bad}};

@@ -4,6 +4,7 @@
 // that tests, and anyone trying the control plane, can run the daemon without the ublk driver.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -11,6 +12,7 @@
 #include "pcached/cache.h"
 #include "pcached/status.h"
 #include "ublk/queue_affinity.h"
+#include "ublk/queue_poll.h"
 
 namespace pcached::daemon {
 
@@ -26,6 +28,7 @@ struct ExportSettings {
   unsigned queues = 1;
   unsigned depth = 128;
   QueueAffinity queue_affinity = QueueAffinity::Auto;
+  std::chrono::microseconds queue_poll = ublk::kDefaultQueuePoll;
 };
 
 class Frontend {

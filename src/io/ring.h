@@ -37,8 +37,12 @@ class Ring {
   // Hands prepared SQEs to the kernel; returns how many.
   unsigned submit();
   // Submits, waits up to timeout for at least one completion, dispatches every completion that is
-  // there. Returns the number dispatched.
+  // there. Returns the number dispatched. With a poll time set, it first spins that long for a
+  // completion or for task work (the kernel handing over a request) before it sleeps.
   unsigned wait_and_dispatch(std::chrono::nanoseconds timeout);
+  // How long wait_and_dispatch() spins before it sleeps (0: never). The spin only sees task work
+  // on rings set up with IORING_SETUP_TASKRUN_FLAG; otherwise it waits for completions alone.
+  void set_poll(std::chrono::nanoseconds poll) { poll_ = poll; }
   // Dispatches what has completed, without waiting (submits first).
   unsigned dispatch();
   // Submissions whose completion has not been dispatched yet.
@@ -49,12 +53,15 @@ class Ring {
  private:
   Ring() = default;
   unsigned drain_completions();
+  // Spins up to poll_ for something to dispatch; returns how many were dispatched (0: none came).
+  unsigned poll_and_dispatch();
 
   io_uring ring_{};
   bool initialised_ = false;
   size_t sqe_bytes_ = 64;
   uint64_t submitted_ = 0;
   uint64_t completed_ = 0;
+  std::chrono::nanoseconds poll_{0};
 };
 
 }  // namespace pcached::io

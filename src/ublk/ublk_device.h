@@ -2,6 +2,7 @@
 // (ADD_DEV, SET_PARAMS, START_DEV) or taken over from a server that died (user recovery).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -22,6 +23,7 @@ struct DeviceSettings {
   uint16_t depth = 128;
   uint32_t max_io_bytes = 1 << 20;
   QueueAffinity affinity = QueueAffinity::Auto;
+  std::chrono::microseconds poll = kDefaultQueuePoll;  // each queue thread's spin before it sleeps
 };
 
 class UblkDevice {
@@ -31,7 +33,7 @@ class UblkDevice {
   // Takes over /dev/ublkbN from a server that died, without the device going away: its I/O was
   // held by the driver and is served (re-issued) by us.
   static Result<std::unique_ptr<UblkDevice>> recover(ControlDevice& control, cache::QueueTarget& target, uint32_t dev_id,
-                                                     QueueAffinity affinity);
+                                                     QueueAffinity affinity, std::chrono::microseconds poll);
   ~UblkDevice();
 
   uint32_t id() const { return info_.id; }
@@ -44,14 +46,15 @@ class UblkDevice {
   Status remove();
 
  private:
-  UblkDevice(ControlDevice& control, cache::QueueTarget& target, QueueAffinity affinity)
-      : control_(control), target_(target), affinity_(affinity) {}
+  UblkDevice(ControlDevice& control, cache::QueueTarget& target, QueueAffinity affinity, std::chrono::microseconds poll)
+      : control_(control), target_(target), affinity_(affinity), poll_(poll) {}
   Status open_char_device();
   Status start_queues();
 
   ControlDevice& control_;
   cache::QueueTarget& target_;
   QueueAffinity affinity_;
+  std::chrono::microseconds poll_;
   DeviceInfo info_;
   UniqueFd char_fd_;
   std::vector<std::unique_ptr<UblkQueue>> queues_;

@@ -114,12 +114,20 @@ Status UblkQueue::set_up() {
   // Task work (the driver handing this queue a request, a backing I/O completing) runs when this
   // thread enters the ring to wait rather than by interrupting it (COOP_TASKRUN), and only this
   // thread submits, so the kernel may keep that work on the ring until then (DEFER_TASKRUN), as
-  // the kernel's own ublk server does. Kernels before 6.1 lack one or both.
+  // the kernel's own ublk server does. The kernel flags pending task work in the ring
+  // (TASKRUN_FLAG), which is what the thread's spin before sleeping watches. Kernels before 6.1
+  // lack some of these.
+  constexpr unsigned kDeferred = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
   Result<std::unique_ptr<io::Ring>> ring = Status::error(EINVAL, "no io_uring set-up tried");
-  for (unsigned extra : {IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
-                         unsigned{IORING_SETUP_COOP_TASKRUN}, 0u}) {
+  for (unsigned extra : {kDeferred | IORING_SETUP_TASKRUN_FLAG, kDeferred,
+                         IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG, unsigned{IORING_SETUP_COOP_TASKRUN}, 0u}) {
     ring = io::Ring::create(2u * settings_.depth + 16, IORING_SETUP_SQE128 | extra);
-    if (ring.ok() || ring.status().code() != EINVAL) break;
+    if (ring.ok()) {
+      // Without the flag a spin would not see the next request coming, only completions.
+      if (extra & IORING_SETUP_TASKRUN_FLAG) ring.value()->set_poll(settings_.poll);
+      break;
+    }
+    if (ring.status().code() != EINVAL) break;
   }
   if (!ring.ok()) return ring.status().with_context(where);
   ring_ = std::move(ring.value());

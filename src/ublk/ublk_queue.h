@@ -5,6 +5,7 @@
 #include <linux/ublk_cmd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <thread>
@@ -13,6 +14,7 @@
 #include "io/ring.h"
 #include "pcached/cache.h"
 #include "pcached/status.h"
+#include "ublk/queue_poll.h"
 
 namespace pcached::ublk {
 
@@ -23,7 +25,10 @@ struct QueueSettings {
   uint32_t max_io_bytes = 0;
   bool ioctl_encoded = true;
   std::vector<int> cpus;  // affinity; empty: any
+  // How long the thread spins for the next request before it sleeps (io::Ring::set_poll).
+  std::chrono::microseconds poll{0};
 };
+
 
 class UblkQueue {
  public:

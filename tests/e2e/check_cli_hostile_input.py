@@ -47,6 +47,7 @@ def run(workdir, shm):
         for bad in (["--queues", "-1"], ["--queues", "0"], ["--queues", "99999999999999999999999"], ["--queues", "1.5"],
                     ["--depth", "-128"], ["--depth", "4097"], ["--depth", "16k"], ["--mode", "writebehind"],
                     ["--queue-affinity", "sideways"], ["--queue-affinity", ""],
+                    ["--queue-poll-us", "-1"], ["--queue-poll-us", "10001"], ["--queue-poll-us", "1ms"],
                     ["--set", "gc_threshold=-5"], ["--set", "gc_threshold"], ["--set", "=5"],
                     ["--set", "writeback_rate=18446744073709551616"], ["--set", "sequential_cutoff=-1M"],
                     ["--set", "no_such_key=1"], ["--copy-policy", "fastest"], ["--segment-size", "-1M"],

@@ -40,7 +40,7 @@ def run(workdir, shm):
         # Refusals come back from the daemon with its reason.
         check("no cache named 'nosuch'" in cli(PCACHED, daemon, "status", "nosuch", expect=FAILED), "status of an unknown cache")
         add = ["add", "--cache", region, "--backing", backing, "--name", "web", "--queues", "1", "--depth", "64",
-               "--queue-affinity", "none", "--copy-policy", "nt", "--segment-size", "1M", "--allow-volatile-region", "--allow-volatile-writeback",
+               "--queue-affinity", "none", "--queue-poll-us", "0", "--copy-policy", "nt", "--segment-size", "1M", "--allow-volatile-region", "--allow-volatile-writeback",
                "--set", "sequential_cutoff=0"]
         check("is blank" in cli(PCACHED, daemon, *add, expect=FAILED), "a blank region attached without --format")
 
@@ -56,9 +56,10 @@ def run(workdir, shm):
         check(status["frontend"]["kind"] == "in-process", f"status --json: {status}")
         check(status["queues"] == 1 and status["depth"] == 64, "queues and depth")
         check(status["queue_affinity"] == "none", f"queue affinity: {status}")
+        check(status["queue_poll_us"] == 0, f"queue poll: {status}")
         check(status["mode"] == "writeback" and status["settings"]["sequential_cutoff"] == "0", "mode and settings")
         text = cli(PCACHED, daemon, "status", "inproc0")
-        check("web: inproc0 (running)" in text and "queues      1 x depth 64, affinity none" in text, f"status: {text}")
+        check("web: inproc0 (running)" in text and "queues      1 x depth 64, affinity none, spin 0 us before sleeping" in text, f"status: {text}")
 
         check(cli(PCACHED, daemon, "set", "web", "gc_threshold", "50").strip() == "web: gc_threshold = 50", "set")
         check(cli_json(PCACHED, daemon, "status", "web")["gc"]["threshold_percent"] == 50, "set did not take")
@@ -80,6 +81,7 @@ def run(workdir, shm):
         check(status["device"] == "inproc0" and status["state"] == "running", f"after the restart: {status}")
         check(status["gc"]["threshold_percent"] == 50, "the setting was lost in the restart")
         check(status["queue_affinity"] == "none", "the queue affinity was lost in the restart")
+        check(status["queue_poll_us"] == 0, "the queue poll was lost in the restart")
 
         check(cli(PCACHED, daemon, "remove", "inproc0").strip() == "removed web (inproc0)", "remove")
         check(cli_json(PCACHED, daemon, "list")["caches"] == [], "the cache is still listed")

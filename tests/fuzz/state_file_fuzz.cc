@@ -71,6 +71,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(daemon::check_cache_name(c.name).ok());
     FUZZ_CHECK(c.queues >= 1 && c.queues <= 64 && c.depth >= 1 && c.depth <= 4096 && c.tunables.gc_threshold <= 90 && cache::validate(c.tunables).ok());
     // 0: chosen from the region's size when formatting.
+    FUZZ_CHECK(c.queue_poll_us <= 10000);
     FUZZ_CHECK(c.segment_size == 0 || (c.segment_size >= (1ull << 20) && c.segment_size <= (1ull << 30)));
     // The values are the file's: nothing was silently changed on the way in.
     const nlohmann::json& entry = entries[i];

@@ -88,4 +88,33 @@ grep -q "queue 1 is mapped to CPU 1 alone; its thread is not bound there" /tmp/p
 check_affinity free none "$unbound" '\[\[\],\[\]\]' --queues 2 --queue-affinity none
 # One queue: the kernel maps both CPUs to it, and auto binds it there.
 check_affinity one auto "pcached-q0 0-1" '\[\[0,1\]\]' --queues 1
+
+# Spinning before sleeping: after each request the queue's thread spins --queue-poll-us for the
+# next one, which shows as its CPU time; with 0 it sleeps at once.
+queue_ticks() {  # user + system clock ticks of the daemon's queue threads
+  total=0
+  for task in /proc/$DAEMON_PID/task/*; do
+    case $(cat $task/comm) in
+      pcached-q*) set -- $(cat $task/stat); total=$((total + ${14} + ${15})) ;;
+    esac
+  done
+  echo $total
+}
+spin_ticks() {  # NAME POLL_US: ticks the queue thread spends over 20 reads 50 ms apart
+  dev=$(pcached add --cache /dev/dax0.0 --backing /dev/vda --format --force --name $1 --queues 1 --queue-poll-us $2)
+  pcached status $1 | grep -q "spin $2 us before sleeping"
+  before=$(queue_ticks)
+  for i in $(seq 20); do dd if=$dev of=/dev/null bs=4k count=1 skip=$i iflag=direct 2>/dev/null; sleep 0.05; done
+  after=$(queue_ticks)
+  pcached remove $1 >/dev/null
+  echo $((after - before))
+}
+spinning=$(spin_ticks spin 10000)
+sleeping=$(spin_ticks nospin 0)
+echo "queue thread CPU over 20 reads: $spinning ticks spinning 10 ms, $sleeping ticks not spinning"
+# 20 spins of 10 ms are 20 ticks more (a read itself costs a few ticks under TCG).
+[ $((spinning - sleeping)) -ge 10 ]
+pcached add --cache /dev/dax0.0 --backing /dev/vda --format --force --name defaults >/dev/null
+pcached status defaults | grep -q "spin 50 us before sleeping"
+pcached remove defaults >/dev/null
 echo "CLI flows passed"

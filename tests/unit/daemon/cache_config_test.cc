@@ -27,6 +27,7 @@ TEST_CASE("the state file round-trips and a missing one is empty", "[daemon][sta
   CacheConfig c = a;
   c.name = "pinned";
   c.queue_affinity = QueueAffinity::Kernel;
+  c.queue_poll_us = 0;
   REQUIRE(save_state(file.path(), {a, b, c}).ok());
   auto loaded = load_state(file.path());
   REQUIRE(loaded.ok());
@@ -37,6 +38,8 @@ TEST_CASE("the state file round-trips and a missing one is empty", "[daemon][sta
   CHECK(loaded->at(0).queue_affinity == QueueAffinity::Auto);
   CHECK(loaded->at(1).queue_affinity == QueueAffinity::None);
   CHECK(loaded->at(2).queue_affinity == QueueAffinity::Kernel);
+  CHECK(loaded->at(0).queue_poll_us == 50);
+  CHECK(loaded->at(2).queue_poll_us == 0);
   CHECK(load_state(file.path() + ".absent")->empty());
 }
 
@@ -56,6 +59,11 @@ TEST_CASE("a damaged state file is refused with the reason", "[daemon][state][ba
   write(R"({"version":1,"caches":[{"name":"a","region":"/a","backing":"/b","queue_affinity":"numa"}]})");
   CHECK(load_state(file.path()).status().message().find("queue_affinity 'numa': expected 'auto', 'kernel' or 'none'") !=
         std::string::npos);
+  write(R"({"version":1,"caches":[{"name":"a","region":"/a","backing":"/b","queue_poll_us":10001}]})");
+  CHECK(load_state(file.path()).status().message().find("'queue_poll_us' is 10001; it must be between 0 and 10000") !=
+        std::string::npos);
+  write(R"({"version":1,"caches":[{"name":"a","region":"/a","backing":"/b","queue_poll_us":"fast"}]})");
+  CHECK(load_state(file.path()).status().message().find("queue_poll_us") != std::string::npos);
   write(R"({"version":1,"caches":[{"name":"a","region":"/a","backing":"/b","settings":{"mode":"fast"}}]})");
   CHECK(load_state(file.path()).status().message().find("'fast' is not writeback") != std::string::npos);
   write(R"({"version":1,"caches":[{"name":"a","region":"/a","backing":"/b","settings":{"colour":"red"}}]})");
@@ -81,6 +89,7 @@ TEST_CASE("settings come from the add request's keys and from older state files"
   REQUIRE(old.ok());
   CHECK(old->tunables.gc_threshold == 55);
   CHECK(old->queue_affinity == QueueAffinity::Auto);  // state files from before the setting: the default
+  CHECK(old->queue_poll_us == 50);
   CHECK_FALSE(old->tunables.read_miss_fill);
   auto added = config_from_json(nlohmann::json::parse(
       R"({"name":"a","region":"/a","backing":"/b","settings":{"mode":"writethrough","sequential_cutoff":"8M"}})"));
