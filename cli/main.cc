@@ -101,8 +101,11 @@ void print_status(const json& s) {
                 s["errors"]["backing_read"].dump().c_str(), s["errors"]["backing_write"].dump().c_str(),
                 s["errors"]["media"].dump().c_str(), s["errors"]["data_crc"].dump().c_str());
     std::printf("  copy policy %s\n", text(s, "copy_policy").c_str());
-    std::printf("  queues      %s x depth %s, affinity %s, spin %s us before sleeping\n", s["queues"].dump().c_str(),
-                s["depth"].dump().c_str(), text(s, "queue_affinity").c_str(), s["queue_poll_us"].dump().c_str());
+    // (A daemon from before the setting does not report it.)
+    const std::string spin =
+        s.contains("queue_poll_us") ? ", spin " + s["queue_poll_us"].dump() + " us before sleeping" : std::string();
+    std::printf("  queues      %s x depth %s, affinity %s%s\n", s["queues"].dump().c_str(), s["depth"].dump().c_str(),
+                text(s, "queue_affinity").c_str(), spin.c_str());
     std::string line;
     for (const auto& [key, value] : s["settings"].items()) line += " " + key + "=" + value.get<std::string>();
     std::printf("  settings   %s\n", line.c_str());

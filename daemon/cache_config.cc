@@ -10,6 +10,7 @@
 
 #include "common/unique_fd.h"
 #include "control/protocol.h"
+#include "format/layout.h"
 
 namespace pcached::daemon {
 
@@ -84,10 +85,12 @@ Result<CacheConfig> config_from_json(const nlohmann::json& doc) {
   auto affinity = control::string_arg(doc, "queue_affinity", false, std::string(to_string(c.queue_affinity)));
   auto poll = control::unsigned_arg(doc, "queue_poll_us", c.queue_poll_us, 0,
                                    static_cast<uint64_t>(ublk::kMaxQueuePoll.count()));
-  auto segment = control::unsigned_arg(doc, "segment_size", c.segment_size, 0, 1ull << 30);
-  if (segment.ok() && segment.value() != 0 && segment.value() < (1ull << 20)) {
+  auto segment = control::unsigned_arg(doc, "segment_size", c.segment_size, 0, format::kMaxSegmentSize);
+  // Checked here as the format will: a cache added with a size the format refuses would be
+  // refused only once its region is opened, and a state file entry so would never attach.
+  if (segment.ok() && segment.value() != 0 && !format::valid_segment_size(segment.value())) {
     return Status::error(EINVAL, "argument 'segment_size' is " + std::to_string(segment.value()) +
-                                     "; it must be 0 (chosen from the region's size) or between 1048576 and 1073741824");
+                                     "; it must be 0 (chosen from the region's size) or " + format::kSegmentSizeRule);
   }
   auto volatile_region = control::bool_arg(doc, "allow_volatile_region", false);
   auto volatile_writeback = control::bool_arg(doc, "allow_volatile_writeback", false);

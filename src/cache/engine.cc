@@ -78,10 +78,9 @@ Result<Superblock> format_region(const CacheOptions& options, const pmem::Region
   sb.created_unix = static_cast<uint64_t>(std::time(nullptr));
   sb.region_size = region.size();
   sb.segment_size = options.segment_size != 0 ? options.segment_size : format::default_segment_size(region.size());
-  if (!std::has_single_bit(sb.segment_size) || sb.segment_size < format::kMinSegmentSize ||
-      sb.segment_size > format::kMaxSegmentSize) {
-    return Status::error(EINVAL, "segment size " + std::to_string(sb.segment_size) +
-                                     " must be a power of two between 1 MiB and 1 GiB");
+  if (!format::valid_segment_size(sb.segment_size)) {
+    return Status::error(EINVAL, "segment size " + std::to_string(sb.segment_size) + " must be " +
+                                     format::kSegmentSizeRule);
   }
   const uint64_t segments = (region.size() - format::kDataStart) / sb.segment_size;
   if (region.size() <= format::kDataStart || segments < format::kMinSegments) {

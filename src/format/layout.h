@@ -46,6 +46,11 @@ inline constexpr uint64_t kDataStart = kScratchOffset + kScratchLength;
 inline constexpr uint64_t kMinSegmentSize = 1 * MiB;
 inline constexpr uint64_t kMaxSegmentSize = 1 * GiB;
 inline constexpr uint64_t kLargestDefaultSegmentSize = 16 * MiB;
+// What a segment size must be (the superblock, a format, the daemon's configuration).
+inline constexpr const char* kSegmentSizeRule = "a power of two between 1 MiB and 1 GiB";
+constexpr bool valid_segment_size(uint64_t size) {
+  return std::has_single_bit(size) && size >= kMinSegmentSize && size <= kMaxSegmentSize;
+}
 inline constexpr uint64_t kDefaultSegmentCount = 64;
 
 // The segment size a format picks when none is given: about kDefaultSegmentCount segments, 1 MiB

@@ -21,8 +21,8 @@ uint32_t checksum(std::span<const std::byte, kSuperblockSize> bytes) {
 Status invalid(const std::string& what) { return Status::error(EINVAL, "superblock: " + what); }
 
 Status check_geometry(const Superblock& sb) {
-  if (!std::has_single_bit(sb.segment_size) || sb.segment_size < kMinSegmentSize || sb.segment_size > kMaxSegmentSize) {
-    return invalid("segment size " + std::to_string(sb.segment_size) + " is not a power of two between 1 MiB and 1 GiB");
+  if (!valid_segment_size(sb.segment_size)) {
+    return invalid("segment size " + std::to_string(sb.segment_size) + " is not " + kSegmentSizeRule);
   }
   if (sb.data_start != kDataStart) return invalid("data area starts at " + std::to_string(sb.data_start));
   if (sb.segment_count < kMinSegments) return invalid("only " + std::to_string(sb.segment_count) + " segments");

@@ -59,6 +59,11 @@ def run(workdir, shm):
                            ("writeback_rate", "fast"), ("promote_after", "0"), ("promote_after", "4294967296"),
                            ("mode", ""), ("data_crc", "maybe"), ("writeback_low", "50")):
             expect_message(cli(PCACHED, daemon, "set", "web", key, value, expect=FAILED), key)
+        # Segment sizes the format would refuse: refused by the daemon before the region is opened.
+        for size in ("3M", "512K", "6M"):
+            expect_message(cli(PCACHED, daemon, "add", "--cache", os.path.join(shm, "other"), "--backing", other_backing,
+                               "--name", "odd", "--allow-volatile-region", "--format", "--segment-size", size,
+                               expect=FAILED), "power of two")
         expect_message(cli(PCACHED, daemon, "set", "web", "gc_threshold", expect=USAGE))
         expect_message(cli(PCACHED, daemon, "frobnicate", "--now", expect=USAGE))
         expect_message(cli(PCACHED, daemon, "status", expect=USAGE))

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "daemon/cache_config.h"
+#include "format/layout.h"
 #include "fuzz/fuzz_support.h"
 #include "pcached/copy_policy.h"
 
@@ -72,7 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(c.queues >= 1 && c.queues <= 64 && c.depth >= 1 && c.depth <= 4096 && c.tunables.gc_threshold <= 90 && cache::validate(c.tunables).ok());
     // 0: chosen from the region's size when formatting.
     FUZZ_CHECK(c.queue_poll_us <= 10000);
-    FUZZ_CHECK(c.segment_size == 0 || (c.segment_size >= (1ull << 20) && c.segment_size <= (1ull << 30)));
+    FUZZ_CHECK(c.segment_size == 0 || format::valid_segment_size(c.segment_size));
     // The values are the file's: nothing was silently changed on the way in.
     const nlohmann::json& entry = entries[i];
     FUZZ_CHECK(entry.at("name") == c.name && entry.at("region") == c.region && entry.at("backing") == c.backing);

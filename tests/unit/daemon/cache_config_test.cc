@@ -59,6 +59,14 @@ TEST_CASE("a damaged state file is refused with the reason", "[daemon][state][ba
   write(R"({"version":1,"caches":[{"name":"a","region":"/a","backing":"/b","queue_affinity":"numa"}]})");
   CHECK(load_state(file.path()).status().message().find("queue_affinity 'numa': expected 'auto', 'kernel' or 'none'") !=
         std::string::npos);
+  // A segment size the format would refuse is refused here, before any region is touched.
+  for (const char* size : {"3145728", "524288", "1073741823"}) {
+    INFO(size);
+    write(std::string(R"({"version":1,"caches":[{"name":"a","region":"/a","backing":"/b","segment_size":)") + size + "}]}");
+    CHECK(load_state(file.path()).status().message().find(
+              "it must be 0 (chosen from the region's size) or a power of two between 1 MiB and 1 GiB") !=
+          std::string::npos);
+  }
   write(R"({"version":1,"caches":[{"name":"a","region":"/a","backing":"/b","queue_poll_us":10001}]})");
   CHECK(load_state(file.path()).status().message().find("'queue_poll_us' is 10001; it must be between 0 and 10000") !=
         std::string::npos);
