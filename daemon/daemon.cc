@@ -293,6 +293,7 @@ nlohmann::json Daemon::describe(const Managed& managed, bool detailed) const {
   doc["gc"] = {{"runs", s.gc_runs},
                {"segments_reclaimed", s.segments_reclaimed},
                {"moved_bytes", s.gc_moved_bytes},
+               {"moved_dirty_bytes", s.gc_moved_dirty_bytes},
                {"evicted_bytes", s.gc_evicted_bytes},
                {"threshold_percent", tunables.gc_threshold}};
   doc["fills"] = {{"total", s.fills}, {"bytes", s.fill_bytes}, {"deferred", s.promotions_deferred}};

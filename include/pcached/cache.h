@@ -128,8 +128,9 @@ struct CacheStats {
   uint64_t backing_read_errors = 0, media_errors = 0;
   uint64_t data_crc_errors = 0;  // read hits whose data did not match its checksum (data_crc)
   uint64_t gc_runs = 0, segments_reclaimed = 0, writer_waits = 0;
-  // Live clean data in the segments GC reclaimed: moved elsewhere in the cache, or evicted.
+  // Live data in the segments GC reclaimed: moved elsewhere in the cache, or (clean) evicted.
   uint64_t gc_moved_bytes = 0, gc_evicted_bytes = 0;
+  uint64_t gc_moved_dirty_bytes = 0;  // of gc_moved_bytes: dirty data, moved under a journaled key
   double recovery_seconds = 0;
   uint64_t recovered_keys = 0;
   bool writeback_stalled = false;  // the last writeback attempt failed; retrying with backoff

@@ -365,21 +365,31 @@ Result<std::unique_ptr<Engine>> Engine::open(const CacheOptions& options) {
   return engine;
 }
 
-Result<std::unique_ptr<CacheQueue>> Engine::create_queue(io::Ring& ring) {
-  uint32_t slot = format::kMaxJournals;
-  for (uint32_t i = 0; i < format::kMaxJournals; ++i) {
-    std::lock_guard lock(journals_[i].mutex);
-    if (!journals_[i].in_use) {
-      journals_[i].in_use = true;  // claimed; JournalWriter::start fills in the rest
-      slot = i;
-      break;
+Result<uint32_t> Engine::claim_journal_slot() {
+  for (uint32_t slot = 0; slot < format::kMaxJournals; ++slot) {
+    std::lock_guard lock(journals_[slot].mutex);
+    if (!journals_[slot].in_use) {
+      journals_[slot].in_use = true;  // claimed; JournalWriter::start fills in the rest
+      journals_[slot].relocation = false;
+      return slot;
     }
   }
-  if (slot == format::kMaxJournals) {
-    return Status::error(EBUSY, "cache on " + options_.region_path + ": all " + std::to_string(format::kMaxJournals) +
-                                    " journals are in use (older journals still hold dirty data); retry after writeback");
-  }
-  auto queue = std::make_unique<EngineQueue>(*this, ring, slot);
+  return Status::error(EBUSY, "cache on " + options_.region_path + ": all " + std::to_string(format::kMaxJournals) +
+                                  " journals are in use (older journals still hold dirty data); retry after writeback");
+}
+
+void Engine::name_journal(pmem::PmemWriter& writer, uint32_t slot) {
+  const ChainSegment head = journals_[slot].chain.front();
+  control_->update(writer, [&](format::ControlArea& control) {
+    control.journals[slot] = {head.segment, head.generation};
+    control.next_seq = std::max(control.next_seq, next_seq_.load());
+  });
+}
+
+Result<std::unique_ptr<CacheQueue>> Engine::create_queue(io::Ring& ring) {
+  auto slot = claim_journal_slot();
+  if (!slot.ok()) return slot.status();
+  auto queue = std::make_unique<EngineQueue>(*this, ring, *slot);
   if (Status status = queue->start(); !status.ok()) return status;
   return std::unique_ptr<CacheQueue>(std::move(queue));
 }
@@ -426,7 +436,7 @@ uint64_t Engine::compute_horizon() {
     uint64_t bound = UINT64_MAX;
     {
       std::lock_guard lock(journal.mutex);
-      if (!journal.in_use) continue;
+      if (!journal.in_use || journal.relocation) continue;
       cursor = journal.cursor;
       published = journal.published;
       // A write in flight bounds the horizon; an idle journal can only get numbers at or above

@@ -79,6 +79,12 @@ class Engine final : public Cache {
   // The first key at or after position that `slot`'s writeback has not passed (0: none).
   uint64_t first_pending_seq(uint32_t slot, const JournalPosition& from, const JournalPosition& limit) const;
 
+  // A journal slot no journal uses, marked in use; EBUSY when all are.
+  Result<uint32_t> claim_journal_slot();
+  // Names the started journal of `slot` in the control area (durable when it returns): before
+  // its first key set is written (ordering rule 4).
+  void name_journal(pmem::PmemWriter& writer, uint32_t slot);
+
   // Requests the queues have received so far (writeback's idleness test).
   uint64_t foreground_requests() const;
   void register_queue(QueueCounters* counters);

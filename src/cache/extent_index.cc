@@ -218,10 +218,15 @@ uint64_t ExtentIndex::reclaim(absl::FunctionRef<bool(uint64_t location)> in_recl
         ++it;
         continue;
       }
+      const Relocation relocation = relocate(it->first, extent);
+      if (relocation.action == Relocation::Action::Keep) {
+        ++it;
+        continue;
+      }
       changed = true;
-      if (const std::optional<uint64_t> moved = relocate(extent)) {
+      if (relocation.action == Relocation::Action::Move) {
         account(shard, extent, -static_cast<int64_t>(extent.sectors));
-        extent.location = *moved;
+        extent.location = relocation.location;
         account(shard, extent, extent.sectors);
         ++it;
         continue;

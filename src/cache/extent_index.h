@@ -110,11 +110,19 @@ class ExtentIndex {
   // with the backing read). [sector, sector+sectors) must lie within one stripe.
   bool insert_fill(uint64_t sector, uint32_t sectors, uint64_t location, uint64_t change_count);
 
+  // What GC does with one extent of a segment it reclaims: drops it (its reads go to the backing
+  // device), moves it to `location`, or keeps it where it is (dirty data with nowhere to go: its
+  // segment is then not reclaimed).
+  struct Relocation {
+    enum class Action { Evict, Move, Keep };
+    Action action = Action::Evict;
+    uint64_t location = 0;  // Move
+  };
   // For every extent with data in the region for which in_reclaimed(location) holds (the segments
-  // GC reclaims): relocate(extent) may copy its data elsewhere and return the new location, under
-  // the shard's lock held exclusively, so that nobody reads or changes the extent meanwhile; an
-  // extent it returns nullopt for is evicted. Returns the sectors evicted.
-  using Relocator = absl::FunctionRef<std::optional<uint64_t>(const Extent& extent)>;
+  // GC reclaims): relocate(first sector, extent) decides, and does the copy, under the shard's
+  // lock held exclusively, so that nobody reads or changes the extent meanwhile. Returns the
+  // sectors evicted.
+  using Relocator = absl::FunctionRef<Relocation(uint64_t sector, const Extent& extent)>;
   uint64_t reclaim(absl::FunctionRef<bool(uint64_t location)> in_reclaimed, Relocator relocate);
 
   // What a range holds: anything cached at all, and anything written by a key at or above

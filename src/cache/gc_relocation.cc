@@ -1,5 +1,9 @@
 #include "cache/gc_relocation.h"
 
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
 #include "cache/engine.h"
 #include "format/crc32c.h"
 #include "format/layout.h"
@@ -9,6 +13,7 @@ namespace pcached::cache {
 namespace {
 
 using format::kSectorSize;
+using Action = ExtentIndex::Relocation::Action;
 
 // A reclaimed segment's live data is moved when it fills at most this share of the segment, so
 // each move frees at least half a segment. Above it, the cache holds more live data than it can
@@ -19,6 +24,17 @@ constexpr uint64_t kMovablePercent = 50;
 // (kMinFreeSegments in writeback.cc): the same GC run gives back its victims whole, and each one
 // it moves from is at most half live.
 constexpr uint32_t kFreeSegmentsKept = 1;
+// At worst every live sector of a dirty victim is an extent of its own, moved under a key and
+// its checksum key; and each victim is retired by one more key.
+constexpr uint64_t kKeysPerSector = 2;
+
+// Journal bytes for `keys` keys, in full key sets and a last partial one.
+size_t journal_bytes(uint64_t keys) {
+  const uint64_t sets = (keys + format::kMaxKeysPerSet - 1) / format::kMaxKeysPerSet;
+  return sets * format::encoded_key_set_size(format::kMaxKeysPerSet);
+}
+
+uint64_t keys_for(uint64_t live_sectors, size_t segments) { return live_sectors * kKeysPerSector + segments; }
 
 }  // namespace
 
@@ -27,9 +43,51 @@ GcRelocation::GcRelocation(Engine& engine, pmem::PmemWriter& writer)
       writer_(writer),
       bounce_(std::make_unique<std::byte[]>(ExtentIndex::kStripeSectors * kSectorSize)) {}
 
+GcRelocation::~GcRelocation() {
+  if (journal_slot_ == UINT32_MAX) return;
+  std::lock_guard lock(engine_.journals_[journal_slot_].mutex);
+  engine_.journals_[journal_slot_].active = false;
+}
+
 bool GcRelocation::worth_moving(uint64_t live_sectors) const {
   const uint64_t capacity = (engine_.superblock_.segment_size - format::kSegmentHeaderSize) / kSectorSize;
   return live_sectors * 100 <= capacity * kMovablePercent;
+}
+
+uint64_t GcRelocation::dirty_sectors_per_run() const {
+  // What one journal segment holds (less its header and the link that may end it), in keys.
+  const uint64_t room = engine_.superblock_.segment_size - format::kSegmentHeaderSize - format::kKeySetHeaderSize;
+  const uint64_t keys = room / format::encoded_key_set_size(format::kMaxKeysPerSet) * format::kMaxKeysPerSet;
+  return keys / kKeysPerSector;
+}
+
+bool GcRelocation::reserve_journal(uint64_t live_sectors, size_t segments) {
+  if (!journal_) {
+    auto slot = engine_.claim_journal_slot();
+    if (!slot.ok()) return false;
+    auto journal = std::make_unique<JournalWriter>(*engine_.region_, engine_.superblock_, *engine_.segments_,
+                                                   engine_.journals_[*slot], *slot);
+    if (!journal->start(writer_, /*wait=*/false).ok()) {
+      std::lock_guard lock(engine_.journals_[*slot].mutex);
+      engine_.journals_[*slot].in_use = false;
+      return false;
+    }
+    {
+      std::lock_guard lock(engine_.journals_[*slot].mutex);
+      engine_.journals_[*slot].relocation = true;
+    }
+    // Findable before any key in it counts (ordering rule 4).
+    engine_.name_journal(writer_, *slot);
+    journal_ = std::move(journal);
+    journal_slot_ = *slot;
+  }
+  return journal_->reserve(writer_, journal_bytes(keys_for(live_sectors, segments)));
+}
+
+void GcRelocation::seal_open_segment() {
+  engine_.segments_->seal(open_segment_, open_max_dirty_);
+  open_segment_ = UINT32_MAX;
+  open_max_dirty_ = 0;
 }
 
 void GcRelocation::seal_when_short() {
@@ -38,8 +96,7 @@ void GcRelocation::seal_when_short() {
   const uint64_t segment_size = engine_.superblock_.segment_size;
   if (open_offset_ - format::kSegmentHeaderSize < (segment_size - format::kSegmentHeaderSize) / 2) return;
   if (!worth_moving(engine_.activity_.live_sectors(open_segment_))) return;
-  segments.seal(open_segment_, 0);
-  open_segment_ = UINT32_MAX;
+  seal_open_segment();
 }
 
 void GcRelocation::open_if_starved() {
@@ -53,16 +110,17 @@ void GcRelocation::open_if_starved() {
 
 std::optional<uint32_t> GcRelocation::open_segment() {
   SegmentTable& segments = *engine_.segments_;
-  const auto segment = segments.allocate(SegmentUse::Data, /*wait=*/false, /*clean_only=*/true);
+  const auto segment = segments.allocate(SegmentUse::Data, /*wait=*/false);
   if (!segment) return std::nullopt;
   // The one before (its tail left unused when an extent did not fit) becomes GC's to reclaim.
-  if (open_segment_ != UINT32_MAX) segments.seal(open_segment_, 0);
+  if (open_segment_ != UINT32_MAX) seal_open_segment();
   open_segment_ = *segment;
   open_offset_ = format::kSegmentHeaderSize;
-  // A header with the new generation, as every data segment has (recovery reads it), though no
-  // key will ever name this segment.
+  // A header with the new generation, durable before any key can name the segment (recovery
+  // reads it).
   write_segment_header(writer_, engine_.superblock_, open_segment_,
                        {format::SegmentType::Data, segments.info(open_segment_).generation, open_segment_, 0});
+  writer_.drain();
   return segment;
 }
 
@@ -80,24 +138,81 @@ std::optional<uint64_t> GcRelocation::place(uint32_t sectors) {
   return location;
 }
 
-std::optional<uint64_t> GcRelocation::move(const Extent& extent, bool data_crc) {
+ExtentIndex::Relocation GcRelocation::move(uint64_t sector, const Extent& extent, bool data_crc) {
+  const bool dirty = extent.seq >= engine_.clean_horizon_.load();
+  const ExtentIndex::Relocation failed{dirty ? Action::Keep : Action::Evict};
   const uint64_t bytes = uint64_t{extent.sectors} * kSectorSize;
-  if (extent.sectors > ExtentIndex::kStripeSectors) return std::nullopt;
-  // Read first: data that cannot be read (a media error) or fails its checksum is evicted, and
-  // its reads go to the backing device, which holds it.
-  if (!engine_.region_->read(extent.location, bounce_.get(), bytes).ok()) return std::nullopt;
+  if (extent.sectors > ExtentIndex::kStripeSectors) return failed;
+  // Read first: clean data that cannot be read (a media error) or fails its checksum is evicted,
+  // and its reads go to the backing device, which holds it. Dirty data stays for writeback to
+  // find and report.
+  if (!engine_.region_->read(extent.location, bounce_.get(), bytes).ok()) return failed;
   if (data_crc && engine_.checksums_.verify(*engine_.region_, extent.location, bounce_.get(), bytes) ==
                       DataChecksums::Verdict::Bad) {
-    return std::nullopt;
+    return failed;
   }
+  if (dirty && !journal_) return failed;
   const std::optional<uint64_t> location = place(extent.sectors);
-  if (!location) return std::nullopt;
+  if (!location) return failed;
   // Drained before the index points here: another core must not read the old contents of the
-  // line (streaming stores are not ordered with the unlock). Durability does not matter.
+  // line (streaming stores are not ordered with the unlock); and, for dirty data, before the key
+  // that names it is written (its key set is of the data-first kind).
   writer_.copy_persist(*location, bounce_.get(), bytes);
-  if (data_crc) engine_.checksums_.add(*location, extent.sectors, format::crc32c(0, bounce_.get(), bytes));
+  const uint32_t crc = data_crc ? format::crc32c(0, bounce_.get(), bytes) : 0;
+  if (data_crc) engine_.checksums_.add(*location, extent.sectors, crc);
   moved_bytes_.fetch_add(bytes, std::memory_order_relaxed);
-  return location;
+  if (dirty) {
+    const format::Superblock& sb = engine_.superblock_;
+    format::Key key;
+    key.sector = sector;
+    key.sectors = extent.sectors;
+    key.kind = format::KeyKind::Relocated;
+    key.seq = extent.seq;
+    key.segment = open_segment_;
+    key.offset_sectors = static_cast<uint32_t>((*location - sb.segment_offset(open_segment_)) / kSectorSize);
+    key.generation = engine_.segments_->info(open_segment_).generation;
+    Record record{key, std::nullopt};
+    if (data_crc) {
+      format::Key checksum = key;
+      checksum.kind = format::KeyKind::Checksum;
+      checksum.sector = crc;
+      record.checksum = checksum;
+    }
+    pending_.push_back(record);
+    open_max_dirty_ = std::max(open_max_dirty_, extent.seq);
+    moved_dirty_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  return {Action::Move, *location};
+}
+
+void GcRelocation::retire(uint32_t segment, uint32_t generation, uint64_t max_dirty_seq) {
+  format::Key key;
+  key.sectors = 1;  // none of its own; the format wants a non-empty range
+  key.kind = format::KeyKind::Retired;
+  key.seq = max_dirty_seq;
+  key.segment = segment;
+  key.generation = generation;
+  pending_.push_back({key, std::nullopt});
+}
+
+void GcRelocation::commit() {
+  if (pending_.empty()) return;
+  // In sequence order, each checksum right after the key of its data.
+  std::stable_sort(pending_.begin(), pending_.end(),
+                   [](const Record& a, const Record& b) { return a.key.seq < b.key.seq; });
+  std::vector<format::Key> keys;
+  keys.reserve(pending_.size() * 2);
+  for (const Record& record : pending_) {
+    keys.push_back(record.key);
+    if (record.checksum) keys.push_back(*record.checksum);
+  }
+  pending_.clear();
+  // The moved data is durable already (copy_persist): the keys follow it (data first), and are
+  // durable before any victim is released.
+  journal_->stage(writer_, keys, format::DataOrdering::DataFirst);
+  journal_->write_staged(writer_);
+  writer_.drain();
+  journal_->publish(keys.back().seq);
 }
 
 }  // namespace pcached::cache

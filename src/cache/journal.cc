@@ -155,9 +155,12 @@ JournalWriter::JournalWriter(const pmem::Region& region, const format::Superbloc
       slot_(slot),
       scratch_(kLinkSize) {}
 
-Status JournalWriter::start(pmem::PmemWriter& writer) {
-  const auto segment = segments_.allocate(SegmentUse::Journal, /*wait=*/true);
-  if (!segment) return Status::error(ESHUTDOWN, "journal " + std::to_string(slot_) + ": cache is shutting down");
+Status JournalWriter::start(pmem::PmemWriter& writer, bool wait) {
+  const auto segment = segments_.allocate(SegmentUse::Journal, wait);
+  if (!segment) {
+    return wait ? Status::error(ESHUTDOWN, "journal " + std::to_string(slot_) + ": cache is shutting down")
+                : Status::error(ENOSPC, "journal " + std::to_string(slot_) + ": no free segment");
+  }
   const uint32_t generation = segments_.info(*segment).generation;
   write_segment_header(writer, superblock_, *segment, {format::SegmentType::Journal, generation, *segment, slot_});
   writer.drain();
@@ -171,9 +174,17 @@ Status JournalWriter::start(pmem::PmemWriter& writer) {
   return Status();
 }
 
-void JournalWriter::advance(pmem::PmemWriter& writer) {
-  const auto segment = segments_.allocate(SegmentUse::Journal, /*wait=*/true);
-  assert(segment);  // only shutdown makes allocation fail, and queues are gone by then
+bool JournalWriter::reserve(pmem::PmemWriter& writer, size_t bytes) {
+  if (position_.offset + bytes + kLinkSize <= superblock_.segment_size) return true;
+  return bytes + kLinkSize + format::kSegmentHeaderSize <= superblock_.segment_size && advance(writer, /*wait=*/false);
+}
+
+bool JournalWriter::advance(pmem::PmemWriter& writer, bool wait) {
+  const auto segment = segments_.allocate(SegmentUse::Journal, wait);
+  if (!segment) {
+    assert(!wait);  // only shutdown makes a waiting allocation fail, and queues are gone by then
+    return false;
+  }
   const uint32_t generation = segments_.info(*segment).generation;
   // Ordering: the header is durable before the link, and the link no later than the key set that
   // needs it; the key sets in front of the link are durable before it. Replay then finds either
@@ -210,6 +221,7 @@ void JournalWriter::advance(pmem::PmemWriter& writer) {
   segments_.seal(position_.segment, 0);
   position_ = {*segment, generation, static_cast<uint32_t>(format::kSegmentHeaderSize)};
   segment_max_seq_ = 0;
+  return true;
 }
 
 void JournalWriter::stage(pmem::PmemWriter& writer, std::span<const format::Key> keys,

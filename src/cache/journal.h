@@ -39,7 +39,10 @@ struct ChainSegment {
 struct JournalState {
   std::mutex mutex;
   bool in_use = false;
-  bool active = false;  // a queue appends to it
+  bool active = false;  // a queue (or GC) appends to it
+  // GC's journal of moved dirty data (KeyKind::Relocated): writeback follows the keys the data
+  // moved from, never these, so it neither writes back from this journal nor waits for it.
+  bool relocation = false;
   JournalPosition published;     // key sets before it are persistent and in the index
   // A write holding this sequence number or a later one is under way (0: none). Stored before
   // the number is taken, cleared by publish(); EngineQueue::number() says why it needs no lock.
@@ -99,8 +102,13 @@ class JournalWriter {
   JournalWriter(const pmem::Region& region, const format::Superblock& superblock, SegmentTable& segments,
                 JournalState& state, uint32_t slot);
 
-  // Starts the journal in a fresh segment (persisted before it returns). Fails only at shutdown.
-  Status start(pmem::PmemWriter& writer);
+  // Starts the journal in a fresh segment (persisted before it returns). Fails only at shutdown,
+  // or when no segment is free and `wait` is false.
+  Status start(pmem::PmemWriter& writer, bool wait = true);
+  // Makes sure the next `bytes` of key sets (as encoded_key_set_size() counts them) go into the
+  // current segment or a fresh one taken now without waiting, so that staging them never waits
+  // for a free segment: GC, which frees them, journals its moves. False if none is free.
+  bool reserve(pmem::PmemWriter& writer, size_t bytes);
   // Encodes keys (numbered) as key sets in DRAM, placed where they will go in the journal, so that
   // the work is done while the data's streaming stores drain. Moving to a new journal segment on
   // the way writes its header and the link to it (not drained): the caller's drain before
@@ -116,8 +124,9 @@ class JournalWriter {
   uint32_t slot() const { return slot_; }
 
  private:
-  // Moves to a new segment, linking it from the current one.
-  void advance(pmem::PmemWriter& writer);
+  // Moves to a new segment, linking it from the current one; waits for a free one unless
+  // `wait` is false (then false if none is).
+  bool advance(pmem::PmemWriter& writer, bool wait = true);
 
   const pmem::Region& region_;
   const format::Superblock& superblock_;

@@ -81,11 +81,7 @@ Status EngineQueue::start() {
     return status;
   }
   // The journal must be findable before any key in it is acknowledged.
-  const ChainSegment head = engine_.journals_[slot_].chain.front();
-  engine_.control_->update(writer_, [&](format::ControlArea& control) {
-    control.journals[slot_] = {head.segment, head.generation};
-    control.next_seq = std::max(control.next_seq, engine_.next_seq_.load());
-  });
+  engine_.name_journal(writer_, slot_);
   counters_.copies = &writer_.counters();
   engine_.register_queue(&counters_);
   started_ = true;

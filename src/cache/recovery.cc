@@ -6,6 +6,7 @@
 #include <array>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "cache/engine.h"
 #include "format/control_area.h"
@@ -20,6 +21,7 @@ struct ReplayedJournal {
   uint32_t slot;
   std::vector<ChainSegment> chain;
   JournalPosition end;
+  bool relocation = false;  // GC's journal of moved data
 };
 
 struct ControlRead {
@@ -129,12 +131,13 @@ Status Engine::recover() {
     }
     JournalReader reader(*region_, superblock_, slot,
                          {head.segment, head.generation, static_cast<uint32_t>(format::kSegmentHeaderSize)});
-    ReplayedJournal replayed{slot, {}, {}};
+    ReplayedJournal replayed{slot, {}, {}, false};
     size_t last_record_live = live.size();  // where the last key set's live keys begin
     std::vector<format::Key> last_record;
     while (reader.next(batch)) {
       last_record_live = live.size();
       for (const format::Key& key : batch) {
+        if (key.kind == format::KeyKind::Relocated || key.kind == format::KeyKind::Retired) replayed.relocation = true;
         next_seq = std::max(next_seq, key.seq + 1);
         if (key.seq >= control.clean_horizon) live.push_back(key);
       }
@@ -165,13 +168,26 @@ Status Engine::recover() {
     journals.push_back(std::move(replayed));
   }
 
+  // A moved key shares its number with the key it moves (which is skipped when its segment was
+  // reused, or names the same data when not): either order of the two is right.
   std::sort(live.begin(), live.end(), [](const format::Key& a, const format::Key& b) { return a.seq < b.seq; });
+  // Segments GC released while keys above the horizon still named them, their live data moved
+  // first (KeyKind::Retired): those keys are skipped, whatever the segment holds now.
+  std::set<std::pair<uint32_t, uint32_t>> retired;  // (segment, generation)
+  for (const format::Key& key : live) {
+    if (key.kind == format::KeyKind::Retired) retired.emplace(key.segment, key.generation);
+  }
+  auto superseded = [&](const format::Key& key) {
+    return (format::names_data(key.kind) || key.kind == format::KeyKind::Checksum) &&
+           retired.contains({key.segment, key.generation});
+  };
   std::map<uint32_t, uint64_t> data_segments;  // segment -> newest dirty key in it
   const uint64_t device_sectors = backing_->size() >> format::kSectorShift;
   for (const format::Key& key : live) {
     // Requests past the end of the device are refused before they get a key, so such a key is
     // damage; writeback could neither place its data nor ever get past it. (A checksum key's
     // sector field holds its CRC.)
+    if (key.kind == format::KeyKind::Retired) continue;
     const bool names_sectors = key.kind != format::KeyKind::Checksum;
     if (names_sectors && (key.sector >= device_sectors || key.sectors > device_sectors - key.sector)) {
       return Status::error(EBADMSG, where + ": key " + std::to_string(key.seq) + " (sectors " +
@@ -192,6 +208,9 @@ Status Engine::recover() {
       index_.insert(key.sector, key.sectors, 0, key.seq, Extent::kZero);
       continue;
     }
+    // (A checksum key names the place of its data key's data, and is skipped with it: the CRC is
+    // not that of what the reused segment holds there now.)
+    if (superseded(key)) continue;
     if (key.kind == format::KeyKind::Checksum) {
       // It follows its data key, which was checked just before; one that does not fit is ignored
       // (it could only make a read fail, never serve wrong data).
@@ -204,8 +223,9 @@ Status Engine::recover() {
       continue;
     }
     if (!in_place(key)) {
-      // A segment's new generation is durable before any key names it, so a durable key whose
-      // segment does not carry its generation is damage, not a crash.
+      // A segment's new generation is durable before any key names it, and GC retires a segment
+      // that live keys still name before it reuses it: a durable key whose segment does not
+      // carry its generation is damage, not a crash.
       const std::string why = !in_range(key)                 ? "points outside its segment"
                               : header_damaged[key.segment] ? "points into segment " + std::to_string(key.segment) +
                                                                    ", whose header is damaged"
@@ -255,6 +275,7 @@ Status Engine::recover() {
     state.in_use = true;
     state.active = false;
     state.chain.assign(replayed.chain.begin(), replayed.chain.end());
+    state.relocation = replayed.relocation;
     state.published = replayed.end;
     state.cursor = {replayed.chain.front().segment, replayed.chain.front().generation,
                     static_cast<uint32_t>(format::kSegmentHeaderSize)};

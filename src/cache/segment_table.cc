@@ -17,7 +17,7 @@ void SegmentTable::rebuild_free_list(const std::function<bool(uint32_t)>& is_bad
   free_count_ = static_cast<uint32_t>(free_.size());
 }
 
-std::optional<uint32_t> SegmentTable::allocate(SegmentUse use, bool wait, bool clean_only) {
+std::optional<uint32_t> SegmentTable::allocate(SegmentUse use, bool wait) {
   std::unique_lock lock(mutex_);
   if (free_.empty() && wait && !shut_down_) {
     waiters_.fetch_add(1, std::memory_order_relaxed);
@@ -34,7 +34,6 @@ std::optional<uint32_t> SegmentTable::allocate(SegmentUse use, bool wait, bool c
   ++info.generation;
   info.sealed = false;
   info.max_dirty_seq = 0;
-  info.clean_only = clean_only;
   return segment;
 }
 
@@ -51,7 +50,6 @@ void SegmentTable::release(uint32_t segment, bool bad) {
     segments_[segment].use = bad ? SegmentUse::Bad : SegmentUse::Free;
     segments_[segment].sealed = false;
     segments_[segment].max_dirty_seq = 0;
-    segments_[segment].clean_only = false;
     if (bad) return;
     free_.push_back(segment);
     free_count_ = static_cast<uint32_t>(free_.size());
@@ -99,7 +97,7 @@ std::vector<uint32_t> SegmentTable::dirty_data_segments(uint64_t horizon) const 
   std::vector<uint32_t> dirty;
   for (uint32_t i = 0; i < segments_.size(); ++i) {
     const SegmentInfo& info = segments_[i];
-    if (info.use == SegmentUse::Data && (info.sealed ? info.max_dirty_seq >= horizon : !info.clean_only)) {
+    if (info.use == SegmentUse::Data && (!info.sealed || info.max_dirty_seq >= horizon)) {
       dirty.push_back(i);
     }
   }

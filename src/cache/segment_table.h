@@ -24,7 +24,6 @@ struct SegmentInfo {
   bool sealed = false;      // Data: no more writes go into it
   uint64_t sealed_order = 0;  // Data: when it was sealed (GC reclaims the oldest first)
   uint64_t max_dirty_seq = 0;  // Data: newest key whose data is in it (0: only clean fills)
-  bool clean_only = false;     // Data: only ever gets clean data (GC moves live data into it)
 };
 
 class SegmentTable {
@@ -40,8 +39,7 @@ class SegmentTable {
 
   // Takes a free segment for `use`, bumping its generation; waits while there is none unless
   // `wait` is false (then nullopt). Returns the segment; its new generation is in info(segment).
-  // clean_only: a data segment that will hold clean data only, never dirty while open.
-  std::optional<uint32_t> allocate(SegmentUse use, bool wait, bool clean_only = false);
+  std::optional<uint32_t> allocate(SegmentUse use, bool wait);
   // No more writes go into the segment; max_dirty_seq is the newest key whose data is in it
   // (its writer tracks that while the segment is open: GC never looks at open segments).
   void seal(uint32_t segment, uint64_t max_dirty_seq);
@@ -57,7 +55,7 @@ class SegmentTable {
   // are sealed. skip is called under the table's lock.
   uint64_t horizon_reclaiming(size_t count, const std::function<bool(uint32_t, const SegmentInfo&)>& skip) const;
 
-  // Data segments that may hold dirty data: open ones (but clean-only ones), and sealed ones with
+  // Data segments that may hold dirty data: open ones, and sealed ones with
   // a key at or above horizon. Cheap enough for every writeback round.
   std::vector<uint32_t> dirty_data_segments(uint64_t horizon) const;
 

@@ -124,6 +124,7 @@ void Writeback::add_to(CacheStats& stats) const {
   stats.gc_runs = gc_runs_.load();
   stats.segments_reclaimed = reclaimed_.load();
   stats.gc_moved_bytes = relocation_.moved_bytes();
+  stats.gc_moved_dirty_bytes = relocation_.moved_dirty_bytes();
   stats.gc_evicted_bytes = evicted_bytes_.load();
   stats.writeback_stalled = stalled_.load();
   stats.writeback_eager = eager_.load();
@@ -160,9 +161,10 @@ Writeback::Pace Writeback::pace(const Tunables& tunables) {
   if (tunables.writeback_rate == 0 || eager_ || idle || urgent_.load() > 0 || engine_.segments_->waiters() > 0) {
     return {true, SIZE_MAX};
   }
-  if (gc_needed(tunables)) {
-    // GC reclaims clean segments only, the oldest ones once they are clean: writing back the keys
-    // below the horizon that makes them clean is all it needs. Everything newer stays dirty (and
+  if (gc_needed(tunables) && gc_needs_writeback_) {
+    // GC moves the dirty data of segments little enough live; when that does not find it the
+    // segments it wants, it reclaims the oldest once they are clean: writing back the keys below
+    // the horizon that makes them clean is all it needs. Everything newer stays dirty (and
     // overwrites of it never reach the device), as the rate limit and the watermarks want.
     if (const uint64_t horizon = horizon_for_gc(tunables); horizon > engine_.clean_horizon_.load()) {
       return {true, SIZE_MAX, horizon};
@@ -266,13 +268,21 @@ void Writeback::collect(size_t budget, uint64_t seq_limit, std::vector<Piece>& p
   for (uint32_t slot = 0; slot < format::kMaxJournals && used < limit; ++slot) {
     JournalState& journal = engine_.journals_[slot];
     JournalPosition cursor, published;
+    bool relocation = false;
     {
       std::lock_guard lock(journal.mutex);
       if (!journal.in_use) continue;
       cursor = journal.cursor;
       published = journal.published;
+      relocation = journal.relocation;
     }
     if (cursor == published) continue;
+    if (relocation) {
+      // Moved data is written back by the keys it moved from: passed, so that the journal's
+      // segments can go once the horizon is past their keys.
+      cursors.push_back({slot, published});
+      continue;
+    }
     JournalReader reader(*engine_.region_, engine_.superblock_, slot, cursor);
     JournalPosition done = cursor;
     while (used < limit && reader.next(keys, &published)) {
@@ -558,39 +568,81 @@ void Writeback::collect_garbage(const Tunables& tunables) {
   relocation_.seal_when_short();
   SegmentTable& segments = *engine_.segments_;
   const size_t wanted = segments_wanted(tunables);
-  std::vector<uint32_t> victims = segments.reclaimable_data(engine_.clean_horizon_.load(), SIZE_MAX);
-  std::erase_if(victims, [&](uint32_t segment) { return lost_data_segments_.contains(segment); });
-  if (victims.empty()) return;
+  const uint64_t horizon = engine_.clean_horizon_.load();
+  // Candidates: clean sealed segments, and dirty ones little enough live for their dirty data to
+  // move (gc_relocation.h) rather than wait for writeback.
+  std::vector<uint32_t> victims = segments.reclaimable_data(UINT64_MAX, SIZE_MAX);
+  std::erase_if(victims, [&](uint32_t segment) {
+    return lost_data_segments_.contains(segment) ||
+           (segments.info(segment).max_dirty_seq >= horizon &&
+            !relocation_.worth_moving(engine_.activity_.live_sectors(segment)));
+  });
   if (tunables.gc_policy == GcPolicy::CostBenefit) order_by_cost(victims);
-  if (victims.size() > wanted) victims.resize(wanted);
+  // Dirty victims, up to what one run's journal room allows: taken in order, skipped past it.
+  uint64_t dirty_live = 0;
+  size_t dirty_count = 0;
+  std::erase_if(victims, [&, taken = size_t{0}](uint32_t segment) mutable {
+    if (taken == wanted) return true;
+    if (segments.info(segment).max_dirty_seq >= horizon) {
+      const uint64_t live = engine_.activity_.live_sectors(segment);
+      if (dirty_live + live > relocation_.dirty_sectors_per_run()) return true;
+      dirty_live += live;
+      ++dirty_count;
+    }
+    ++taken;
+    return false;
+  });
+  if (dirty_count > 0 && !relocation_.reserve_journal(dirty_live, dirty_count)) {
+    std::erase_if(victims, [&](uint32_t segment) { return segments.info(segment).max_dirty_seq >= horizon; });
+  }
+  // Short of victims without writeback: the next rounds write back what the oldest need.
+  gc_needs_writeback_ = victims.size() < wanted;
+  if (victims.empty()) return;
+
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (uint32_t segment : victims) {
     const uint64_t start = engine_.superblock_.segment_offset(segment);
     ranges.emplace_back(start, start + engine_.superblock_.segment_size);
   }
   std::sort(ranges.begin(), ranges.end());
-  // Their data is clean. Where little of it is live, it moves to the worker's own segment
-  // (gc_relocation.h); the rest is dropped from the index, which sends its reads to the backing
-  // device. Invariant 5: the next user of a segment writes a higher generation before any key can
-  // name it.
+  // Where little of their data is live, it moves to the worker's own segment (gc_relocation.h);
+  // the rest is dropped from the index, which sends its reads to the backing device. Dirty data is
+  // never dropped: if it cannot move, it and its segment stay.
   std::vector<uint32_t> movable;  // a few segments (kMaxSegmentsPerGc): searched linearly
   for (uint32_t segment : victims) {
     if (relocation_.worth_moving(engine_.activity_.live_sectors(segment))) movable.push_back(segment);
   }
+  std::set<uint32_t> kept;
   const uint64_t evicted = engine_.index_.reclaim(
       [&](uint64_t location) {
         auto it = std::upper_bound(ranges.begin(), ranges.end(), std::make_pair(location, UINT64_MAX));
         return it != ranges.begin() && location < std::prev(it)->second;
       },
-      [&](const Extent& extent) {
-        if (std::ranges::find(movable, engine_.superblock_.segment_at(extent.location)) == movable.end()) {
-          return std::optional<uint64_t>();
+      [&](uint64_t sector, const Extent& extent) {
+        const uint32_t segment = engine_.superblock_.segment_at(extent.location);
+        ExtentIndex::Relocation relocation;
+        if (std::ranges::find(movable, segment) != movable.end()) {
+          relocation = relocation_.move(sector, extent, tunables.data_crc);
         }
-        return relocation_.move(extent, tunables.data_crc);
+        if (relocation.action == ExtentIndex::Relocation::Action::Keep) kept.insert(segment);
+        return relocation;
       });
-  for (const auto& [begin, end] : ranges) engine_.checksums_.forget(begin, end);
-  for (uint32_t segment : victims) engine_.release_segment(segment);
+  std::erase_if(victims, [&](uint32_t segment) { return kept.contains(segment); });
+  // Invariant 5: a segment whose keys are not all below the horizon is retired in GC's journal,
+  // with the moves of its dirty data, durably, before it is released; the next user of a segment
+  // writes a higher generation before any key can name it.
+  for (uint32_t segment : victims) {
+    const SegmentInfo info = segments.info(segment);
+    if (info.max_dirty_seq >= horizon) relocation_.retire(segment, info.generation, info.max_dirty_seq);
+  }
+  relocation_.commit();
+  for (uint32_t segment : victims) {
+    const uint64_t start = engine_.superblock_.segment_offset(segment);
+    engine_.checksums_.forget(start, start + engine_.superblock_.segment_size);
+    engine_.release_segment(segment);
+  }
   relocation_.open_if_starved();
+  if (!kept.empty()) gc_needs_writeback_ = true;
   gc_runs_.fetch_add(1);
   reclaimed_.fetch_add(victims.size());
   evicted_bytes_.fetch_add(evicted * kSectorSize);

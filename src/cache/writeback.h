@@ -121,6 +121,8 @@ class Writeback {
   bool interrupted_ = false;          // interrupt_waits() was called (under mutex_)
   std::atomic<bool> eager_{false};   // between the watermarks, coming down from the high one
   bool background_ = false;          // the worker runs at background priority
+  // GC's last run found fewer victims than it wanted without writeback making more clean.
+  bool gc_needs_writeback_ = false;
   int normal_nice_ = 0;              // the worker's priority when it is needed (as it started)
   bool priority_refused_ = false;    // the system refused a priority change (logged once)
 

@@ -132,7 +132,7 @@ Result<KeySetHeader> decode_key_set(std::span<const std::byte> in, uint32_t jour
     const uint32_t sectors_and_kind = kr.get<uint32_t>();
     key.sectors = sectors_and_kind & kMaxKeySectors;
     const uint32_t kind = sectors_and_kind >> 28;
-    if (kind < static_cast<uint32_t>(KeyKind::Write) || kind > static_cast<uint32_t>(KeyKind::Checksum)) {
+    if (kind < static_cast<uint32_t>(KeyKind::Write) || kind > static_cast<uint32_t>(KeyKind::Retired)) {
       keys.resize(first);
       return damaged("key of unknown kind " + std::to_string(kind));
     }
@@ -141,7 +141,11 @@ Result<KeySetHeader> decode_key_set(std::span<const std::byte> in, uint32_t jour
       keys.resize(first);
       return damaged("key with an empty or wrapping range");
     }
-    if ((i == 0 && key.seq != header.first_seq) || (i > 0 && key.seq <= keys.back().seq)) {
+    // A moved key repeats the number of the key it moves, and one key's data may move in pieces.
+    const bool may_repeat = i > 0 && (key.kind == KeyKind::Relocated || key.kind == KeyKind::Retired ||
+                                      (key.kind == KeyKind::Checksum && keys.back().kind == KeyKind::Relocated));
+    if ((i == 0 && key.seq != header.first_seq) ||
+        (i > 0 && (key.seq < keys.back().seq || (key.seq == keys.back().seq && !may_repeat)))) {
       keys.resize(first);
       return damaged("sequence numbers out of order");
     }

@@ -24,9 +24,24 @@ enum class KeyKind : uint8_t {
   // The CRC32C (in the sector field) of the data of the key before it in the same key set, which
   // names the same place (segment, offset, generation, length): data_crc.
   Checksum = 5,
+  // Format 3: dirty data GC moved out of a segment it reclaims, before writeback reached it. It
+  // carries the sequence number of the key whose data it moves (so it orders against every other
+  // key exactly as that one did), and only the part of it still live. Written to GC's own journal;
+  // the key it moves from stays in its journal and drives writeback, from wherever the data is.
+  Relocated = 6,
+  // Format 3: GC released data segment `segment` of generation `generation` while keys naming it
+  // were still above the clean horizon, once their live data had moved (Relocated keys, durable
+  // first): replay skips the keys that name it, since the segment may be reused. Numbered as the
+  // newest key in the segment, so it is replayed as long as any of them is. No sectors of its own.
+  Retired = 7,
 };
+// Sequence numbers repeat in a key set only for Relocated and Retired keys (and a checksum
+// following a Relocated one): each shares the number of the key it moves or retires.
 
+// Keys whose data the cache holds for a client write: writeback passes these down.
 inline bool has_data(KeyKind kind) { return kind == KeyKind::Write || kind == KeyKind::WrittenThrough; }
+// Keys that name data in the region, which replay puts in the index.
+inline bool names_data(KeyKind kind) { return has_data(kind) || kind == KeyKind::Relocated; }
 
 inline constexpr uint32_t kMaxKeySectors = (1u << 28) - 1;
 
@@ -75,7 +90,8 @@ constexpr size_t encoded_key_set_size(size_t keys) {
 // data_hash fields. DataFirst: the data was durable before the set was written (a Keys set).
 enum class DataOrdering { SharedFence, DataFirst };
 
-// Writes a key set of 1..kMaxKeysPerSet keys (sequence numbers strictly increasing) into out,
+// Writes a key set of 1..kMaxKeysPerSet keys (sequence numbers strictly increasing, but see
+// KeyKind::Relocated) into out,
 // which must hold encoded_key_set_size(keys.size()) bytes; returns the bytes written.
 size_t encode_keys(std::span<const Key> keys, uint32_t journal_generation, uint32_t salt, std::span<std::byte> out,
                    DataOrdering ordering = DataOrdering::SharedFence);

@@ -20,8 +20,10 @@
 namespace pcached::format {
 
 // 2: key sets with data carry its digest (KeySetKind::HashedKeys), and data and key share a fence.
-// A version 1 cache is upgraded when it is attached (its key sets are still read as they are).
-inline constexpr uint32_t kFormatVersion = 2;
+// 3: GC moves dirty data under keys of its own (KeyKind::Relocated) and records the segments it
+// released with keys above the clean horizon (KeyKind::Retired): replay skips keys naming those.
+// An older cache is upgraded when it is attached (its key sets are still read as they are).
+inline constexpr uint32_t kFormatVersion = 3;
 
 inline constexpr uint64_t kBlockSize = 4096;
 inline constexpr uint64_t kSectorSize = 512;

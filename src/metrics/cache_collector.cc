@@ -164,8 +164,11 @@ std::vector<MetricFamily> cache_families(const std::vector<CacheSample>& caches)
         [](const S& s) { return s.writeback_eager ? 1 : 0; });
   counter("pcached_gc_runs_total", "Segment garbage collection runs.", [](const S& s) { return s.gc_runs; });
   counter("pcached_gc_reclaimed_segments_total", "Segments reclaimed by GC.", [](const S& s) { return s.segments_reclaimed; });
-  counter("pcached_gc_moved_bytes_total", "Live clean data GC moved out of the segments it reclaimed, rather than evicting it.",
+  counter("pcached_gc_moved_bytes_total", "Live data GC moved out of the segments it reclaimed, rather than evicting it.",
           [](const S& s) { return s.gc_moved_bytes; });
+  counter("pcached_gc_moved_dirty_bytes_total",
+          "Of the data GC moved, the dirty data: moved under a journaled key instead of being written back first.",
+          [](const S& s) { return s.gc_moved_dirty_bytes; });
   counter("pcached_gc_evicted_bytes_total", "Live clean data GC evicted from the segments it reclaimed.",
           [](const S& s) { return s.gc_evicted_bytes; });
   counter("pcached_writer_waits_total", "Writes that waited for a free segment.", [](const S& s) { return s.writer_waits; });

@@ -1,7 +1,9 @@
 // The key-set decoder over any bytes: a key set or link, ENODATA (end of journal) or EBADMSG,
 // never a crash and never a read past the span it was given. Keys are appended only on success;
 // decoded keys satisfy what replay relies on (known kind, non-empty range that does not wrap,
-// sequence numbers strictly increasing from first_seq), and re-encode to the same record.
+// sequence numbers increasing from first_seq: strictly, but for a relocated or retired key, or a
+// checksum after a relocated one, which may repeat the one before), and re-encode to the same
+// record.
 //   input: [flags] [salt, u32 LE] [journal generation, u32 LE] [record bytes: the rest]
 //   flags bit 0: compute the record's checksum first (when its header makes a size of it).
 #include <algorithm>
@@ -109,10 +111,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (size_t i = 0; i < decoded.size(); ++i) {
     const Key& key = decoded[i];
     FUZZ_CHECK(key.kind == KeyKind::Write || key.kind == KeyKind::Zero || key.kind == KeyKind::Discard ||
-               key.kind == KeyKind::WrittenThrough || key.kind == KeyKind::Checksum);
+               key.kind == KeyKind::WrittenThrough || key.kind == KeyKind::Checksum ||
+               key.kind == KeyKind::Relocated || key.kind == KeyKind::Retired);
     FUZZ_CHECK(key.sectors >= 1 && key.sectors <= kMaxKeySectors);
     FUZZ_CHECK(key.sector + key.sectors > key.sector);
-    FUZZ_CHECK(i == 0 || key.seq > decoded[i - 1].seq);
+    if (i > 0) {
+      const bool may_repeat = key.kind == KeyKind::Relocated || key.kind == KeyKind::Retired ||
+                              (key.kind == KeyKind::Checksum && decoded[i - 1].kind == KeyKind::Relocated);
+      FUZZ_CHECK(key.seq > decoded[i - 1].seq || (may_repeat && key.seq == decoded[i - 1].seq));
+    }
   }
   const size_t encoded = encode_keys(decoded, generation, salt, again);
   FUZZ_CHECK(encoded == encoded_key_set_size(decoded.size()));

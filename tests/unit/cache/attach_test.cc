@@ -171,7 +171,7 @@ TEST_CASE("a region formatted by a newer pcached is refused", "[cache][attach][b
   write_superblock(files.region.path(), sb, {0, 1});
   const auto before = read_file(files.region.path());
   expect_refusal(maybe_calibrating(files.options(), GENERATE(false, true)),
-                 "was written by a newer pcached; this build reads version 2; upgrade pcached");
+                 "was written by a newer pcached; this build reads version 3; upgrade pcached");
   CHECK((read_file(files.region.path()) == before));  // parenthesised: no dump of both images
 }
 
@@ -190,7 +190,7 @@ TEST_CASE("a cache of format version 1 is upgraded when attached, also after an 
   }
   REQUIRE(make_version_1(files.region.path()) == 3);
   format::Superblock sb = read_superblock(files.region.path());
-  REQUIRE(sb.version == 2);
+  REQUIRE(sb.version == format::kFormatVersion);
   sb.version = 1;
   // Both copies at version 1; or copy 0 upgraded and copy 1 not yet (a crash between the two).
   const bool cut_short = GENERATE(false, true);
@@ -204,9 +204,10 @@ TEST_CASE("a cache of format version 1 is upgraded when attached, also after an 
       REQUIRE(queue->read(64 * id, 8, buffer.data()) == 8 * 512);
       for (uint32_t i = 0; i < 8; ++i) CHECK(decode_sector(buffer.data() + i * kSector, 64 * id + i) == id);
     }
-    // Upgraded before anything else was written: both copies say version 2, as a fresh cache.
-    CHECK(read_superblock(files.region.path(), 0).version == 2);
-    CHECK(read_superblock(files.region.path(), 1).version == 2);
+    // Upgraded before anything else was written: both copies say the current version, as a
+    // fresh cache.
+    CHECK(read_superblock(files.region.path(), 0).version == format::kFormatVersion);
+    CHECK(read_superblock(files.region.path(), 1).version == format::kFormatVersion);
     queue.reset();
     REQUIRE(cache->detach(false).ok());  // written back: version 1 key sets and the new ones alike
   }

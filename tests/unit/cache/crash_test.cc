@@ -233,17 +233,20 @@ TEST_CASE("power cuts lose no acknowledged operation while writeback and GC run"
   // cache (dirty until flushed, then durable at the next fence). The commit protocol, whether a
   // write's data shares its fence with the key set (which carries a digest replay checks) or is
   // fenced first: each in one run, and a mix by size in the third.
-  // Writeback runs flat out in the first and the last, as far as GC needs (and at a trickle) in
-  // the others. The last one's workload spans 1 MiB of the device, which fits in the cache: the
-  // segments GC reclaims hold a little of it, which GC moves rather than evicts.
+  // Writeback runs flat out in the first and the fourth, as far as GC needs (and at a trickle) in
+  // the second and third, and all but stopped (1 byte/s) in the last. The last two workloads span
+  // 1 MiB of the device, which fits in the cache: the segments GC reclaims hold a little of it,
+  // which GC moves rather than evicts; in the last, that data is mostly dirty, and GC moves it
+  // under keys of its own.
   const auto [policy, usual_seed, shared_fence_classes, writeback_rate, span] =
       GENERATE(table<std::string, uint64_t, uint32_t, uint64_t, uint64_t>(
           {{"nt", 7, cache::kAllClassesShareFence, 0, kDeviceSectors},
            {"clflushopt", 8, 0, MiB, kDeviceSectors},
            {"threshold:8K", 9, 0b111000, MiB, kDeviceSectors},
-           {"clflushopt", 10, cache::kAllClassesShareFence, 0, MiB / kSector}}));
+           {"clflushopt", 10, cache::kAllClassesShareFence, 0, MiB / kSector},
+           {"threshold:8K", 11, 0b111000, 1, MiB / kSector}}));
   const uint64_t seed = crash_seed(usual_seed);
-  const unsigned cuts = (crash_points(300) + 3) / 4;
+  const unsigned cuts = (crash_points(300) + 4) / 5;
   INFO("policy " << policy << ", span " << span << " sectors, seed " << seed << ", " << cache::describe_commit_protocol(shared_fence_classes)
                  << ", writeback rate " << writeback_rate);
 
@@ -363,18 +366,19 @@ TEST_CASE("power cuts lose no acknowledged operation while writeback and GC run"
 
   std::printf("power cuts (policy %s, %lu KiB span): %s; %u strict, %u partial, %u partial+torn, %u all+torn, %u cut again "
               "during recovery, %u with a write-zeroes or discard under way; live reads: %lu sectors, losses=%lu, "
-              "wrong=%lu; writeback %lu MiB, GC reclaimed %lu segments in %lu runs, moved %lu KiB, evicted %lu KiB\n",
+              "wrong=%lu; writeback %lu MiB, GC reclaimed %lu segments in %lu runs, moved %lu KiB (%lu KiB dirty), evicted %lu KiB\n",
               policy.c_str(), static_cast<unsigned long>(span * kSector / KiB), totals.summary().c_str(), by_kind[kStrict], by_kind[kPartial], by_kind[kPartialTorn],
               by_kind[kAllTorn], nested, during_zero_or_discard, static_cast<unsigned long>(reads.sectors),
               static_cast<unsigned long>(reads.lost), static_cast<unsigned long>(reads.wrong),
               static_cast<unsigned long>(stats.writeback_bytes / MiB), static_cast<unsigned long>(stats.segments_reclaimed),
               static_cast<unsigned long>(stats.gc_runs), static_cast<unsigned long>(stats.gc_moved_bytes / KiB),
-              static_cast<unsigned long>(stats.gc_evicted_bytes / KiB));
+              static_cast<unsigned long>(stats.gc_moved_dirty_bytes / KiB), static_cast<unsigned long>(stats.gc_evicted_bytes / KiB));
   INFO(totals.failures_text());
   CHECK(totals.lost == 0);
   CHECK(totals.wrong == 0);
   CHECK(stats.segments_reclaimed > 0);  // the cuts did land while GC was reclaiming
   if (span < kDeviceSectors) CHECK(stats.gc_moved_bytes > 0);  // and moving
+  if (writeback_rate == 1) CHECK(stats.gc_moved_dirty_bytes > 0);  // dirty data too
 }
 
 // Forwards to a persistence simulator and, while armed, hands the images power cuts just before
@@ -609,7 +613,8 @@ class SharedKillLog {
 
 // The child: attaches (recovering whatever the last kill left), then runs the workload until it
 // is killed, logging every operation.
-[[noreturn]] void run_until_killed(const cache::CacheOptions& options, uint64_t first_id, uint64_t seed, KillLog& log) {
+[[noreturn]] void run_until_killed(const cache::CacheOptions& options, uint64_t span, uint64_t first_id, uint64_t seed,
+                                   KillLog& log) {
   ForcedGranularity cache_line("CACHE_LINE");
   auto cache = cache::Cache::open(options);
   if (!cache.ok()) ::_exit(3);
@@ -619,7 +624,7 @@ class SharedKillLog {
   uint64_t next_id = first_id;
   for (;;) {
     const size_t count = rng() % 4 == 0 ? 2 + rng() % 5 : 1;
-    Batch batch(rng, count, 64, kDeviceSectors, next_id);
+    Batch batch(rng, count, 64, span, next_id);
     for (const OpRecord& record : batch.records) log.add(record, false);
     const std::vector<int> results = batch.execute(*queue.value());
     for (size_t i = 0; i < results.size(); ++i) {
@@ -656,9 +661,11 @@ TEST_CASE("SIGKILL at random moments loses no acknowledged operation", "[cache][
     const uint64_t child_seed = rng();
     const pid_t child = ::fork();
     REQUIRE(child >= 0);
-    // Every other child writes back only as far as GC needs.
-    const uint64_t writeback_rate = round % 2 == 0 ? 0 : MiB;
-    if (child == 0) run_until_killed(small_cache_options(files, writeback_rate), next_id, child_seed, *log);
+    // A child in three writes back flat out; one, only as far as GC needs; one, next to nothing
+    // (1 byte/s) over 1 MiB of the device, so that GC moves dirty data under keys of its own.
+    const uint64_t writeback_rate = round % 3 == 0 ? 0 : round % 3 == 1 ? MiB : 1;
+    const uint64_t span = writeback_rate == 1 ? MiB / kSector : kDeviceSectors;
+    if (child == 0) run_until_killed(small_cache_options(files, writeback_rate), span, next_id, child_seed, *log);
     // Some kills land while the child is still attaching (a crash during recovery).
     std::this_thread::sleep_for(std::chrono::microseconds(1000 + rng() % static_cast<uint64_t>(window.count())));
     ::kill(child, SIGKILL);

@@ -124,7 +124,7 @@ TEST_CASE("eviction by location removes exactly the extents in the range", "[cac
   index.insert(5000, 8, 2000 * 512, 2, 0);
   index.insert(9000, 8, 0, 3, Extent::kZero);
   CHECK(index.reclaim([](uint64_t location) { return location >= 1000 * 512 && location < 1008 * 512; },
-                      [](const Extent&) { return std::optional<uint64_t>(); }) == 8);
+                      [](uint64_t, const Extent&) { return ExtentIndex::Relocation{}; }) == 8);
   CHECK(index.extents() == 2);
   CHECK(index.live_pieces(0, 8, 1).empty());
   CHECK(index.live_pieces(5000, 8, 2).size() == 1);
@@ -154,17 +154,19 @@ TEST_CASE("live sectors per segment follow inserts, overwrites, discards, evicti
       index.remove(sector, sectors, seq++);
       for (uint32_t i = 0; i < sectors; ++i) location_of[sector + i] = -1;
     } else {
-      // GC reclaims a segment: its data is evicted, or moved to the next segment at the same offset.
+      // GC reclaims a segment: its data is evicted, moved to the next segment at the same offset,
+      // or (dirty data with nowhere to go) kept where it is.
+      using Action = ExtentIndex::Relocation::Action;
       const uint64_t victim = rng() % 8;
-      const bool move = rng() % 2 == 0;
+      const auto action = static_cast<Action>(rng() % 3);
       const int64_t shift = (static_cast<int64_t>((victim + 1) % 8) - static_cast<int64_t>(victim)) * kSegment;
       index.reclaim([&](uint64_t location) { return location / kSegment == victim; },
-                    [&](const Extent& extent) {
-                      return move ? std::optional<uint64_t>(extent.location + shift) : std::nullopt;
+                    [&](uint64_t, const Extent& extent) {
+                      return ExtentIndex::Relocation{action, action == Action::Move ? extent.location + shift : 0};
                     });
       for (int64_t& location : location_of) {
-        if (location < 0 || static_cast<uint64_t>(location) / kSegment != victim) continue;
-        location = move ? location + shift : -1;
+        if (location < 0 || static_cast<uint64_t>(location) / kSegment != victim || action == Action::Keep) continue;
+        location = action == Action::Move ? location + shift : -1;
       }
     }
   }
