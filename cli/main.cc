@@ -93,10 +93,11 @@ void print_status(const json& s) {
     const json& direct = s["direct_writes"];
     std::printf("  to backing  %s writes in the foreground, %s flushes forwarded\n", direct["total"].dump().c_str(),
                 direct["backing_flushes"].dump().c_str());
-    std::printf("  gc          %s runs, %s segments reclaimed, live data %s moved, %s evicted, threshold %s%%\n",
+    std::printf("  gc          %s runs, %s segments reclaimed, live data %s moved (%s of it dirty), %s evicted, "
+                "threshold %s%%\n",
                 s["gc"]["runs"].dump().c_str(), s["gc"]["segments_reclaimed"].dump().c_str(),
-                bytes(s["gc"], "moved_bytes").c_str(), bytes(s["gc"], "evicted_bytes").c_str(),
-                s["gc"]["threshold_percent"].dump().c_str());
+                bytes(s["gc"], "moved_bytes").c_str(), bytes(s["gc"], "moved_dirty_bytes").c_str(),
+                bytes(s["gc"], "evicted_bytes").c_str(), s["gc"]["threshold_percent"].dump().c_str());
     std::printf("  errors      backing reads %s, backing writes %s, media %s, data checksums %s\n",
                 s["errors"]["backing_read"].dump().c_str(), s["errors"]["backing_write"].dump().c_str(),
                 s["errors"]["media"].dump().c_str(), s["errors"]["data_crc"].dump().c_str());
