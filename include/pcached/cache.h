@@ -131,6 +131,9 @@ struct CacheStats {
   // Live data in the segments GC reclaimed: moved elsewhere in the cache, or (clean) evicted.
   uint64_t gc_moved_bytes = 0, gc_evicted_bytes = 0;
   uint64_t gc_moved_dirty_bytes = 0;  // of gc_moved_bytes: dirty data, moved under a journaled key
+  // GC runs that found live data its per-segment contents lists missed, and searched the whole
+  // index for it (a bug if ever non-zero; the data is safe either way).
+  uint64_t gc_index_searches = 0;
   double recovery_seconds = 0;
   uint64_t recovered_keys = 0;
   bool writeback_stalled = false;  // the last writeback attempt failed; retrying with backoff

@@ -17,6 +17,7 @@
 #include "cache/promotion_filter.h"
 #include "cache/sector_ranges.h"
 #include "cache/segment_activity.h"
+#include "cache/segment_contents.h"
 #include "cache/segment_table.h"
 #include "cache/tunables_store.h"
 #include "pcached/persistence_domain.h"
@@ -94,7 +95,11 @@ class Engine final : public Cache {
     return region_->overlaps_bad_range(superblock_.segment_offset(segment), superblock_.segment_size);
   }
   // Gives an emptied segment back to the allocator, or retires it if it has a bad block.
-  void release_segment(uint32_t segment) { segments_->release(segment, segment_has_bad_block(segment)); }
+  // (Its contents list goes first: the segment's next user notes its own.)
+  void release_segment(uint32_t segment) {
+    contents_.forget(segment);
+    segments_->release(segment, segment_has_bad_block(segment));
+  }
   pmem::PmemWriter make_writer() const { return pmem::PmemWriter(*region_, *policy_, options_.persist_observer); }
 
   const CacheOptions options_;
@@ -105,6 +110,7 @@ class Engine final : public Cache {
   std::unique_ptr<ControlStore> control_;
   std::unique_ptr<SegmentTable> segments_;
   SegmentActivity activity_;  // live data and heat per segment, for GC's choice
+  SegmentContents contents_;  // which sectors each segment holds data for, for GC's index lookups
   DataChecksums checksums_;   // data_crc
   ExtentIndex index_;
   // Discards journaled but not yet passed down by writeback, tagged with their sequence numbers:

@@ -37,7 +37,7 @@ auto first_overlapping(Map& map, uint64_t begin) {
 
 // Calls fn(start, end) for each stripe-sized piece of [sector, sector+sectors).
 template <typename Fn>
-void for_each_stripe(uint64_t sector, uint32_t sectors, Fn fn) {
+void for_each_stripe(uint64_t sector, uint64_t sectors, Fn fn) {
   const uint64_t end = sector + sectors;
   while (sector < end) {
     const uint64_t stripe_end = (sector | (ExtentIndex::kStripeSectors - 1)) + 1;
@@ -87,6 +87,7 @@ void ExtentIndex::erase_range(Shard& shard, uint64_t begin, uint64_t end, uint64
 
 void ExtentIndex::insert_in_stripe(Shard& shard, uint64_t begin, uint64_t end, uint64_t location, uint64_t seq,
                                    uint32_t flags) {
+  if (contents_ != nullptr && !(flags & (Extent::kZero | Extent::kDiscarded))) contents_->note(location, begin, end - begin);
   // The common cases with one descent of the tree: nothing cached there yet, or an extent of
   // exactly this range (a block written again) that the new data replaces in place.
   if (auto it = first_overlapping(shard.map, begin); it == shard.map.end() || it->first >= end) {
@@ -207,37 +208,67 @@ bool ExtentIndex::insert_fill(uint64_t sector, uint32_t sectors, uint64_t locati
   return true;
 }
 
-uint64_t ExtentIndex::reclaim(absl::FunctionRef<bool(uint64_t location)> in_reclaimed, Relocator relocate) {
+ExtentIndex::Map::iterator ExtentIndex::relocate_extent(Shard& shard, Map::iterator it, Relocator relocate,
+                                                       uint64_t& evicted, bool& changed) {
+  Extent& extent = it->second;
+  const Relocation relocation = relocate(it->first, extent);
+  switch (relocation.action) {
+    case Relocation::Action::Keep:
+      return std::next(it);
+    case Relocation::Action::Move:
+      changed = true;
+      account(shard, extent, -static_cast<int64_t>(extent.sectors));
+      extent.location = relocation.location;
+      account(shard, extent, extent.sectors);
+      if (contents_ != nullptr) contents_->note(extent.location, it->first, extent.sectors);
+      return std::next(it);
+    case Relocation::Action::Evict:
+      break;
+  }
+  changed = true;
+  evicted += extent.sectors;
+  account(shard, extent, -static_cast<int64_t>(extent.sectors));
+  shard.extents.fetch_sub(1, std::memory_order_relaxed);
+  return shard.map.erase(it);
+}
+
+uint64_t ExtentIndex::reclaim(std::span<const SectorRange> where, InReclaimed in_reclaimed, Relocator relocate) {
+  uint64_t evicted = 0;
+  // An extent may reach past the end of one range into the next: it is decided on once.
+  uint64_t decided_until = 0;
+  for (const SectorRange& range : where) {
+    for_each_stripe(range.sector, range.sectors, [&](uint64_t begin, uint64_t end) {
+      Shard& shard = shards_[shard_of(begin)];
+      std::unique_lock lock(shard.mutex);
+      bool changed = false;
+      for (auto it = first_overlapping(shard.map, begin); it != shard.map.end() && it->first < end;) {
+        if (it->first < decided_until || !it->second.has_data() || !in_reclaimed(it->second.location)) {
+          ++it;
+          continue;
+        }
+        decided_until = end_of(*it);
+        it = relocate_extent(shard, it, relocate, evicted, changed);
+      }
+      // A fill that looked before a move finds the shard changed and is dropped: harmless, and it
+      // keeps insert_fill's rule simple (nothing it did not see has happened).
+      if (changed) ++shard.change_count;
+    });
+  }
+  return evicted;
+}
+
+uint64_t ExtentIndex::reclaim_everywhere(InReclaimed in_reclaimed, Relocator relocate) {
   uint64_t evicted = 0;
   for (Shard& shard : shards_) {
     std::unique_lock lock(shard.mutex);
     bool changed = false;
     for (auto it = shard.map.begin(); it != shard.map.end();) {
-      Extent& extent = it->second;
-      if (!extent.has_data() || !in_reclaimed(extent.location)) {
+      if (!it->second.has_data() || !in_reclaimed(it->second.location)) {
         ++it;
         continue;
       }
-      const Relocation relocation = relocate(it->first, extent);
-      if (relocation.action == Relocation::Action::Keep) {
-        ++it;
-        continue;
-      }
-      changed = true;
-      if (relocation.action == Relocation::Action::Move) {
-        account(shard, extent, -static_cast<int64_t>(extent.sectors));
-        extent.location = relocation.location;
-        account(shard, extent, extent.sectors);
-        ++it;
-        continue;
-      }
-      evicted += extent.sectors;
-      account(shard, extent, -static_cast<int64_t>(extent.sectors));
-      shard.extents.fetch_sub(1, std::memory_order_relaxed);
-      it = shard.map.erase(it);
+      it = relocate_extent(shard, it, relocate, evicted, changed);
     }
-    // A fill that looked before a move finds the shard changed and is dropped: harmless, and it
-    // keeps insert_fill's rule simple (nothing it did not see has happened).
     if (changed) ++shard.change_count;
   }
   return evicted;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cache/segment_activity.h"
+#include "cache/segment_contents.h"
 
 namespace pcached::cache {
 
@@ -118,12 +119,16 @@ class ExtentIndex {
     Action action = Action::Evict;
     uint64_t location = 0;  // Move
   };
-  // For every extent with data in the region for which in_reclaimed(location) holds (the segments
-  // GC reclaims): relocate(first sector, extent) decides, and does the copy, under the shard's
-  // lock held exclusively, so that nobody reads or changes the extent meanwhile. Returns the
-  // sectors evicted.
+  // For every extent with data in `where` (sorted, disjoint: SegmentContents::ranges of the
+  // segments GC reclaims) located where in_reclaimed(location) holds: relocate(first sector,
+  // extent) decides, and does the copy, under the shard's lock held exclusively, so that nobody
+  // reads or changes the extent meanwhile. Returns the sectors evicted.
+  using InReclaimed = absl::FunctionRef<bool(uint64_t location)>;
   using Relocator = absl::FunctionRef<Relocation(uint64_t sector, const Extent& extent)>;
-  uint64_t reclaim(absl::FunctionRef<bool(uint64_t location)> in_reclaimed, Relocator relocate);
+  uint64_t reclaim(std::span<const SectorRange> where, InReclaimed in_reclaimed, Relocator relocate);
+  // The same over the whole index, for when `where` cannot be trusted: a segment still holds live
+  // data after reclaim (which would mean a placement was never noted).
+  uint64_t reclaim_everywhere(InReclaimed in_reclaimed, Relocator relocate);
 
   // What a range holds: anything cached at all, and anything written by a key at or above
   // dirty_from (the clean horizon: data not yet on the backing device).
@@ -143,9 +148,12 @@ class ExtentIndex {
   // Cached sectors written by keys at or above seq: the dirty data, given the clean horizon.
   uint64_t sectors_at_or_above(uint64_t seq) const;
 
-  // Keeps activity's live-sector counts in step with every extent that holds data in the region.
-  // Set once, before any other use.
-  void track(SegmentActivity* activity) { activity_ = activity; }
+  // Keeps activity's live-sector counts in step with every extent that holds data in the region,
+  // and notes in contents where each piece of data is placed. Set once, before any other use.
+  void track(SegmentActivity* activity, SegmentContents* contents) {
+    activity_ = activity;
+    contents_ = contents;
+  }
 
   static unsigned shard_of(uint64_t sector) { return static_cast<unsigned>((sector >> kStripeShift) % kShards); }
 
@@ -165,6 +173,8 @@ class ExtentIndex {
   // Applies a change to one stripe piece under its shard's exclusive lock.
   void insert_in_stripe(Shard& shard, uint64_t begin, uint64_t end, uint64_t location, uint64_t seq, uint32_t flags);
   void remove_in_stripe(Shard& shard, uint64_t begin, uint64_t end, uint64_t seq);
+  // GC's decision for the extent at `it`, whose data is in a reclaimed segment; returns the next.
+  Map::iterator relocate_extent(Shard& shard, Map::iterator it, Relocator relocate, uint64_t& evicted, bool& changed);
   void erase_range(Shard& shard, uint64_t begin, uint64_t end, uint64_t newer_than_seq,
                    std::vector<std::pair<uint64_t, uint64_t>>* kept);
   // Keeps the shard's cached-sector count and the segments' live data in step with a change of
@@ -176,6 +186,7 @@ class ExtentIndex {
 
   std::array<Shard, kShards> shards_;
   SegmentActivity* activity_ = nullptr;
+  SegmentContents* contents_ = nullptr;
 };
 
 }  // namespace pcached::cache

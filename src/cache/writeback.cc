@@ -1,5 +1,6 @@
 #include "cache/writeback.h"
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -126,6 +127,7 @@ void Writeback::add_to(CacheStats& stats) const {
   stats.gc_moved_bytes = relocation_.moved_bytes();
   stats.gc_moved_dirty_bytes = relocation_.moved_dirty_bytes();
   stats.gc_evicted_bytes = evicted_bytes_.load();
+  stats.gc_index_searches = index_searches_.load();
   stats.writeback_stalled = stalled_.load();
   stats.writeback_eager = eager_.load();
 }
@@ -563,83 +565,89 @@ uint64_t Writeback::horizon_for_gc(const Tunables& tunables) const {
   });
 }
 
-void Writeback::collect_garbage(const Tunables& tunables) {
-  if (!gc_needed(tunables)) return;
-  relocation_.seal_when_short();
-  SegmentTable& segments = *engine_.segments_;
-  const size_t wanted = segments_wanted(tunables);
-  const uint64_t horizon = engine_.clean_horizon_.load();
-  // Candidates: clean sealed segments, and dirty ones little enough live for their dirty data to
-  // move (gc_relocation.h) rather than wait for writeback.
-  std::vector<uint32_t> victims = segments.reclaimable_data(UINT64_MAX, SIZE_MAX);
-  std::erase_if(victims, [&](uint32_t segment) {
-    return lost_data_segments_.contains(segment) ||
-           (segments.info(segment).max_dirty_seq >= horizon &&
-            !relocation_.worth_moving(engine_.activity_.live_sectors(segment)));
-  });
-  if (tunables.gc_policy == GcPolicy::CostBenefit) order_by_cost(victims);
-  // Dirty victims, up to what one run's journal room allows: taken in order, skipped past it.
+std::vector<Writeback::Victim> Writeback::choose_victims(const Tunables& tunables, size_t wanted, uint64_t horizon) {
+  const SegmentTable& segments = *engine_.segments_;
+  std::vector<uint32_t> candidates = segments.reclaimable_data(UINT64_MAX, SIZE_MAX);
+  std::erase_if(candidates, [&](uint32_t segment) { return lost_data_segments_.contains(segment); });
+  if (tunables.gc_policy == GcPolicy::CostBenefit) order_by_cost(candidates);
+  std::vector<Victim> victims;
   uint64_t dirty_live = 0;
   size_t dirty_count = 0;
-  std::erase_if(victims, [&, taken = size_t{0}](uint32_t segment) mutable {
-    if (taken == wanted) return true;
-    if (segments.info(segment).max_dirty_seq >= horizon) {
-      const uint64_t live = engine_.activity_.live_sectors(segment);
-      if (dirty_live + live > relocation_.dirty_sectors_per_run()) return true;
+  for (uint32_t segment : candidates) {
+    if (victims.size() == wanted) break;
+    const SegmentInfo info = segments.info(segment);
+    const uint64_t live = engine_.activity_.live_sectors(segment);
+    const bool dirty = info.max_dirty_seq >= horizon;
+    const bool move = relocation_.worth_moving(live);
+    if (dirty) {
+      // Past the journal room of one run, the next dirty candidates wait for the next run.
+      if (!move || dirty_live + live > relocation_.dirty_sectors_per_run()) continue;
       dirty_live += live;
       ++dirty_count;
     }
-    ++taken;
-    return false;
-  });
-  if (dirty_count > 0 && !relocation_.reserve_journal(dirty_live, dirty_count)) {
-    std::erase_if(victims, [&](uint32_t segment) { return segments.info(segment).max_dirty_seq >= horizon; });
+    victims.push_back({segment, info, dirty, move});
   }
+  if (dirty_count > 0 && !relocation_.reserve_journal(dirty_live, dirty_count)) {
+    std::erase_if(victims, [](const Victim& victim) { return victim.dirty; });
+  }
+  return victims;
+}
+
+void Writeback::collect_garbage(const Tunables& tunables) {
+  if (!gc_needed(tunables)) return;
+  relocation_.seal_when_short();
+  const size_t wanted = segments_wanted(tunables);
+  std::vector<Victim> victims = choose_victims(tunables, wanted, engine_.clean_horizon_.load());
   // Short of victims without writeback: the next rounds write back what the oldest need.
   gc_needs_writeback_ = victims.size() < wanted;
   if (victims.empty()) return;
 
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  for (uint32_t segment : victims) {
-    const uint64_t start = engine_.superblock_.segment_offset(segment);
-    ranges.emplace_back(start, start + engine_.superblock_.segment_size);
-  }
-  std::sort(ranges.begin(), ranges.end());
+  const format::Superblock& superblock = engine_.superblock_;
+  std::vector<uint32_t> segments;  // a few (kMaxSegmentsPerGc): searched linearly
+  for (const Victim& victim : victims) segments.push_back(victim.segment);
+  const auto victim_of = [&](uint64_t location) {
+    const auto it = std::ranges::find(segments, superblock.segment_at(location));
+    return it == segments.end() ? nullptr : &victims[static_cast<size_t>(it - segments.begin())];
+  };
   // Where little of their data is live, it moves to the worker's own segment (gc_relocation.h);
   // the rest is dropped from the index, which sends its reads to the backing device. Dirty data is
   // never dropped: if it cannot move, it and its segment stay.
-  std::vector<uint32_t> movable;  // a few segments (kMaxSegmentsPerGc): searched linearly
-  for (uint32_t segment : victims) {
-    if (relocation_.worth_moving(engine_.activity_.live_sectors(segment))) movable.push_back(segment);
-  }
   std::set<uint32_t> kept;
-  const uint64_t evicted = engine_.index_.reclaim(
-      [&](uint64_t location) {
-        auto it = std::upper_bound(ranges.begin(), ranges.end(), std::make_pair(location, UINT64_MAX));
-        return it != ranges.begin() && location < std::prev(it)->second;
-      },
-      [&](uint64_t sector, const Extent& extent) {
-        const uint32_t segment = engine_.superblock_.segment_at(extent.location);
-        ExtentIndex::Relocation relocation;
-        if (std::ranges::find(movable, segment) != movable.end()) {
-          relocation = relocation_.move(sector, extent, tunables.data_crc);
-        }
-        if (relocation.action == ExtentIndex::Relocation::Action::Keep) kept.insert(segment);
-        return relocation;
-      });
-  std::erase_if(victims, [&](uint32_t segment) { return kept.contains(segment); });
+  const auto in_victim = [&](uint64_t location) {
+    return location >= superblock.data_start && victim_of(location) != nullptr;
+  };
+  const auto relocate = [&](uint64_t sector, const Extent& extent) {
+    const Victim& victim = *victim_of(extent.location);
+    ExtentIndex::Relocation relocation;
+    if (victim.move) relocation = relocation_.move(sector, extent, tunables.data_crc);
+    if (relocation.action == ExtentIndex::Relocation::Action::Keep) kept.insert(victim.segment);
+    return relocation;
+  };
+  uint64_t evicted = engine_.index_.reclaim(engine_.contents_.ranges(segments), in_victim, relocate);
+  // The live counts are kept apart from the contents lists: a victim they say still holds data
+  // means a placement was never noted. Its data must not be lost with the segment: look everywhere.
+  const bool missed = std::ranges::any_of(victims, [&](const Victim& victim) {
+    return !kept.contains(victim.segment) && engine_.activity_.live_sectors(victim.segment) > 0;
+  });
+  if (missed) {
+    index_searches_.fetch_add(1);
+    spdlog::error("cache on {}: GC found live data in segments {} that their contents lists do not name; "
+                  "searched the whole index for it",
+                  engine_.options_.region_path, fmt::join(segments, ","));
+    evicted += engine_.index_.reclaim_everywhere(in_victim, relocate);
+  }
+  std::erase_if(victims, [&](const Victim& victim) { return kept.contains(victim.segment); });
   // Invariant 5: a segment whose keys are not all below the horizon is retired in GC's journal,
   // with the moves of its dirty data, durably, before it is released; the next user of a segment
   // writes a higher generation before any key can name it.
-  for (uint32_t segment : victims) {
-    const SegmentInfo info = segments.info(segment);
-    if (info.max_dirty_seq >= horizon) relocation_.retire(segment, info.generation, info.max_dirty_seq);
+  for (const Victim& victim : victims) {
+    if (victim.dirty) relocation_.retire(victim.segment, victim.info.generation, victim.info.max_dirty_seq);
   }
   relocation_.commit();
-  for (uint32_t segment : victims) {
-    const uint64_t start = engine_.superblock_.segment_offset(segment);
-    engine_.checksums_.forget(start, start + engine_.superblock_.segment_size);
-    engine_.release_segment(segment);
+  for (const Victim& victim : victims) {
+    const uint64_t start = superblock.segment_offset(victim.segment);
+    engine_.checksums_.forget(start, start + superblock.segment_size);
+    engine_.release_segment(victim.segment);
   }
   relocation_.open_if_starved();
   if (!kept.empty()) gc_needs_writeback_ = true;

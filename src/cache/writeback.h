@@ -17,6 +17,7 @@
 #include "cache/gc_relocation.h"
 #include "cache/journal.h"
 #include "cache/sector_ranges.h"
+#include "cache/segment_table.h"
 #include "cache/tunables_store.h"
 #include "io/ring.h"
 #include "pcached/cache.h"
@@ -87,6 +88,15 @@ class Writeback {
   void advance_horizon();
   void reclaim_journals();
   void collect_garbage(const Tunables& tunables);
+  struct Victim {
+    uint32_t segment;
+    SegmentInfo info;
+    bool dirty;  // keys at or above the clean horizon name it: retired once its dirty data moved
+    bool move;   // little enough of it live for its live data to move rather than be dropped
+  };
+  // Up to `wanted` segments, best first: clean sealed ones, and dirty ones little enough live for
+  // their dirty data to move (gc_relocation.h), as many as one run's journal room allows.
+  std::vector<Victim> choose_victims(const Tunables& tunables, size_t wanted, uint64_t horizon);
   // Cost-benefit order of GC candidates (given oldest-sealed first).
   void order_by_cost(std::vector<uint32_t>& candidates) const;
   // How many segments may be in use before GC reclaims some: gc_threshold's share, but a couple
@@ -137,7 +147,8 @@ class Writeback {
   int last_error_ = 0;
   std::atomic<unsigned> consecutive_failures_{0};
 
-  std::atomic<uint64_t> bytes_{0}, batches_{0}, errors_{0}, gc_runs_{0}, reclaimed_{0}, evicted_bytes_{0};
+  std::atomic<uint64_t> bytes_{0}, batches_{0}, errors_{0}, gc_runs_{0}, reclaimed_{0}, evicted_bytes_{0},
+      index_searches_{0};
   // Dirty data whose only copy hit a media error, and the segments that hold it (never reclaimed
   // during this attach). Touched by the worker thread only.
   std::atomic<uint64_t> lost_bytes_{0};

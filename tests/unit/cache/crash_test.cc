@@ -379,6 +379,7 @@ TEST_CASE("power cuts lose no acknowledged operation while writeback and GC run"
   CHECK(stats.segments_reclaimed > 0);  // the cuts did land while GC was reclaiming
   if (span < kDeviceSectors) CHECK(stats.gc_moved_bytes > 0);  // and moving
   if (writeback_rate == 1) CHECK(stats.gc_moved_dirty_bytes > 0);  // dirty data too
+  CHECK(stats.gc_index_searches == 0);  // each run found its victims' data through their contents lists
 }
 
 // Forwards to a persistence simulator and, while armed, hands the images power cuts just before

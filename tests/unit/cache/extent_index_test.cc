@@ -123,18 +123,38 @@ TEST_CASE("eviction by location removes exactly the extents in the range", "[cac
   index.insert(0, 8, 1000 * 512, 1, 0);
   index.insert(5000, 8, 2000 * 512, 2, 0);
   index.insert(9000, 8, 0, 3, Extent::kZero);
-  CHECK(index.reclaim([](uint64_t location) { return location >= 1000 * 512 && location < 1008 * 512; },
-                      [](uint64_t, const Extent&) { return ExtentIndex::Relocation{}; }) == 8);
+  const auto in_range = [](uint64_t location) { return location >= 1000 * 512 && location < 1008 * 512; };
+  const auto evict = [](uint64_t, const Extent&) { return ExtentIndex::Relocation{}; };
+  SECTION("looking where the data is") {
+    // Only the sectors named are looked at: data elsewhere is not found even where it matches.
+    CHECK(index.reclaim(std::vector<SectorRange>{{4000, 4096}}, in_range, evict) == 0);
+    CHECK(index.extents() == 3);
+    CHECK(index.reclaim(std::vector<SectorRange>{{4, 2}, {7, 100}}, in_range, evict) == 8);
+  }
+  SECTION("looking everywhere") { CHECK(index.reclaim_everywhere(in_range, evict) == 8); }
   CHECK(index.extents() == 2);
   CHECK(index.live_pieces(0, 8, 1).empty());
   CHECK(index.live_pieces(5000, 8, 2).size() == 1);
 }
 
-TEST_CASE("live sectors per segment follow inserts, overwrites, discards, evictions and moves", "[cache][index][gc]") {
+TEST_CASE("an extent reaching over several ranges is decided on once", "[cache][index][gc]") {
+  ExtentIndex index;
+  index.insert(0, 64, 1000 * 512, 1, 0);
+  int decisions = 0;
+  index.reclaim(std::vector<SectorRange>{{0, 8}, {16, 8}, {40, 4}}, [](uint64_t) { return true; },
+                [&](uint64_t, const Extent&) {
+                  ++decisions;
+                  return ExtentIndex::Relocation{ExtentIndex::Relocation::Action::Keep};
+                });
+  CHECK(decisions == 1);
+}
+
+TEST_CASE("live sectors and contents per segment follow inserts, overwrites, discards, evictions and moves", "[cache][index][gc]") {
   constexpr uint64_t kSegment = 1 << 20;  // 2048 sectors
   SegmentActivity activity(0, kSegment, 8);
+  SegmentContents contents(0, kSegment, 8);
   ExtentIndex index;
-  index.track(&activity);
+  index.track(&activity, &contents);
   std::mt19937_64 rng(3);
   // A random history; the truth is recounted from a model of which location each sector has.
   std::vector<int64_t> location_of(8192, -1);
@@ -160,10 +180,16 @@ TEST_CASE("live sectors per segment follow inserts, overwrites, discards, evicti
       const uint64_t victim = rng() % 8;
       const auto action = static_cast<Action>(rng() % 3);
       const int64_t shift = (static_cast<int64_t>((victim + 1) % 8) - static_cast<int64_t>(victim)) * kSegment;
-      index.reclaim([&](uint64_t location) { return location / kSegment == victim; },
+      // GC looks only where the victim's contents list says: that must find all of its data.
+      index.reclaim(contents.ranges({static_cast<uint32_t>(victim)}),
+                    [&](uint64_t location) { return location / kSegment == victim; },
                     [&](uint64_t, const Extent& extent) {
                       return ExtentIndex::Relocation{action, action == Action::Move ? extent.location + shift : 0};
                     });
+      if (action != Action::Keep) {
+        REQUIRE(activity.live_sectors(static_cast<uint32_t>(victim)) == 0);
+        contents.forget(static_cast<uint32_t>(victim));  // released: its next data is noted afresh
+      }
       for (int64_t& location : location_of) {
         if (location < 0 || static_cast<uint64_t>(location) / kSegment != victim || action == Action::Keep) continue;
         location = action == Action::Move ? location + shift : -1;

@@ -101,6 +101,24 @@ void check_blocks(frontend::SyncQueue& queue, const std::vector<uint64_t>& lates
   }
 }
 
+// What the GC tests run on: 64 MiB of data segments, reclaimed once half of them are in use.
+cache::CacheOptions gc_options(const CacheFiles& files, bool data_crc) {
+  cache::CacheOptions options = files.options(true);
+  options.tunables.gc_threshold = 50;
+  options.tunables.data_crc = data_crc;
+  return options;
+}
+
+// A crash (the cache abandoned as kill -9 leaves it) and a restart on the same files.
+void crash_and_restart(const CacheFiles& files, std::unique_ptr<cache::Cache>& cache,
+                       std::unique_ptr<frontend::SyncQueue>& queue) {
+  queue.reset();
+  cache->abandon();
+  cache.reset();
+  cache = open_cache(files.options(false));
+  queue = make_queue(*cache);
+}
+
 }  // namespace
 
 TEST_CASE("writethrough: the backing device has every acknowledged write, and the cache serves it",
@@ -506,10 +524,7 @@ TEST_CASE("GC moves the little live data of the segments it reclaims: a working 
   for (const bool data_crc : {false, true}) {
     DYNAMIC_SECTION("data_crc " << data_crc) {
       CacheFiles files(format::kDataStart + 64 * MiB, 64 * MiB);
-      cache::CacheOptions options = files.options(true);
-      options.tunables.gc_threshold = 50;
-      options.tunables.data_crc = data_crc;
-      auto cache = open_cache(options);
+      auto cache = open_cache(gc_options(files, data_crc));
       auto queue = make_queue(*cache);
       // 4 KiB writes over 8 MiB, ten times the room GC keeps for data: the oldest segments hold
       // little live data when they are reclaimed, but most blocks sit in one of them at some
@@ -523,6 +538,7 @@ TEST_CASE("GC moves the little live data of the segments it reclaims: a working 
                                      << before.writer_waits << " writer waits");
       CHECK(before.segments_reclaimed >= 100);
       CHECK(before.gc_moved_bytes > 0);
+      CHECK(before.gc_index_searches == 0);  // the contents lists named all the live data
       check_blocks(*queue, latest);
       // A few may still be evicted: a GC run whose moves find no segment (the writer outruns
       // writeback at times here) evicts, and takes a segment for the next run. Evicting, ~45 miss.
@@ -531,11 +547,7 @@ TEST_CASE("GC moves the little live data of the segments it reclaims: a working 
       CHECK(after.data_crc_errors == 0);
       // The moved copies are clean and journaled nowhere: after a crash the cache no longer has
       // them, the device does.
-      queue.reset();
-      cache->abandon();
-      cache.reset();
-      cache = open_cache(files.options(false));
-      queue = make_queue(*cache);
+      crash_and_restart(files, cache, queue);
       check_blocks(*queue, latest);
     }
   }
@@ -546,9 +558,7 @@ TEST_CASE("GC moves dirty data under journaled keys instead of waiting for write
   for (const bool data_crc : {false, true}) {
     DYNAMIC_SECTION("data_crc " << data_crc) {
       CacheFiles files(format::kDataStart + 64 * MiB, 64 * MiB);
-      cache::CacheOptions options = files.options(true);
-      options.tunables.gc_threshold = 50;
-      options.tunables.data_crc = data_crc;
+      cache::CacheOptions options = gc_options(files, data_crc);
       // Writeback all but stopped: nothing but GC can make room, and the data it moves is dirty.
       options.tunables.writeback_rate = 1;
       options.tunables.writeback_idle_ms = 0;
@@ -565,6 +575,7 @@ TEST_CASE("GC moves dirty data under journaled keys instead of waiting for write
                                     << " writer waits");
       CHECK(stats.segments_reclaimed >= 100);
       CHECK(stats.gc_moved_dirty_bytes > 0);
+      CHECK(stats.gc_index_searches == 0);
       // Only a writer waiting for room sets writeback going; without that, next to nothing is
       // written back, where reclaiming clean segments only would have written back ~10% of all.
       CHECK(stats.writeback_bytes <= MiB + stats.writer_waits * 8 * MiB);
@@ -572,11 +583,7 @@ TEST_CASE("GC moves dirty data under journaled keys instead of waiting for write
       CHECK(cache->stats().data_crc_errors == 0);
       // A crash: the moved dirty data is found under its new keys, the old keys of the segments
       // reused since are skipped, and every write reads back as last written.
-      queue.reset();
-      cache->abandon();
-      cache.reset();
-      cache = open_cache(files.options(false));
-      queue = make_queue(*cache);
+      crash_and_restart(files, cache, queue);
       check_blocks(*queue, latest);
       CHECK(cache->stats().data_crc_errors == 0);
       // And it all reaches the backing device.
@@ -612,6 +619,7 @@ TEST_CASE("GC moves data even when the writer keeps waiting for room behind a sl
                                  << before.gc_evicted_bytes << " evicted, " << before.writer_waits << " writer waits");
   REQUIRE(before.writer_waits > 0);
   CHECK(before.gc_moved_bytes > 0);
+  CHECK(before.gc_index_searches == 0);
   check_blocks(*queue, latest);
   const cache::CacheStats after = cache->stats();
   INFO((after.read_hits - before.read_hits) << " of " << kBlocks << " blocks hit");
@@ -848,6 +856,7 @@ TEST_CASE("random workloads over a working set that fits stay right while GC mov
       const cache::CacheStats stats = cache->stats();
       INFO(stats.segments_reclaimed << " segments reclaimed, " << stats.gc_moved_bytes << " bytes moved");
       CHECK(stats.gc_moved_bytes > 0);
+      CHECK(stats.gc_index_searches == 0);
       CHECK(stats.data_crc_errors == 0);
       // And on the device alone once written back.
       queue.reset();

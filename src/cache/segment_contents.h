@@ -1,0 +1,51 @@
+// Which logical sectors each data segment has received data for, so that GC looks up only the
+// index entries that can point into the segments it reclaims, instead of walking the whole index
+// (with every shard locked in turn) once per run: a run then costs what its victims hold, not what
+// the cache holds.
+//
+// A segment's list only grows while the segment is in use: an overwrite or a move leaves its old
+// range behind, and the lookup skips whatever is no longer located in the segment. So the list may
+// name more than is live, never less, as long as every placement of data in a segment is noted
+// (under the index shard's lock, as the extent is placed) and a list is forgotten only when its
+// segment holds no live data (GC's release). A range written right after the previous one extends
+// it, so sequential data costs one entry per segment.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace pcached::cache {
+
+struct SectorRange {
+  uint64_t sector = 0;
+  uint64_t sectors = 0;
+  uint64_t end() const { return sector + sectors; }
+  bool operator==(const SectorRange&) const = default;
+};
+
+class SegmentContents {
+ public:
+  SegmentContents(uint64_t data_start, uint64_t segment_size, uint32_t count);
+
+  // The data of [sector, sector+sectors) was placed at `location` (a region offset in a data segment).
+  void note(uint64_t location, uint64_t sector, uint64_t sectors);
+  // What the segments were given, sorted and merged: a superset of the sectors whose data is there.
+  std::vector<SectorRange> ranges(const std::vector<uint32_t>& segments) const;
+  // The segment holds no live data any more (it is being released).
+  void forget(uint32_t segment);
+
+ private:
+  struct Segment {
+    mutable std::mutex mutex;
+    std::vector<SectorRange> ranges;  // in the order noted
+  };
+
+  uint64_t data_start_;
+  unsigned shift_;
+  uint32_t count_;
+  std::unique_ptr<Segment[]> segments_;
+};
+
+}  // namespace pcached::cache
