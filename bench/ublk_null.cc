@@ -97,8 +97,8 @@ int main(int argc, char** argv) {
   ublk::DeviceSettings settings;
   settings.queues = static_cast<uint16_t>(queues);
   settings.depth = static_cast<uint16_t>(depth);
-  settings.affinity = ublk::parse_queue_affinity(affinity).value();  // checked by CLI11
-  settings.poll = std::chrono::microseconds(poll_us);
+  settings.threads.affinity = ublk::parse_queue_affinity(affinity).value();  // checked by CLI11
+  settings.threads.poll = std::chrono::microseconds(poll_us);
   auto device = ublk::UblkDevice::create(*control.value(), target, settings);
   if (!device.ok()) {
     std::fprintf(stderr, "pcached-ublk-null: %s\n", device.status().message().c_str());

@@ -16,8 +16,8 @@ std::string state_path(const DaemonOptions& options) { return options.state_dir 
 unsigned default_queues() { return std::clamp(std::thread::hardware_concurrency(), 1u, 4u); }
 
 ExportSettings export_settings(const CacheConfig& config) {
-  return {config.device_id, config.queues, config.depth, config.queue_affinity,
-          std::chrono::microseconds(config.queue_poll_us)};
+  return {config.device_id, config.queues, config.depth,
+          {config.queue_affinity, std::chrono::microseconds(config.queue_poll_us)}};
 }
 
 }  // namespace

@@ -11,8 +11,7 @@
 #include "daemon/exported_device.h"
 #include "pcached/cache.h"
 #include "pcached/status.h"
-#include "ublk/queue_affinity.h"
-#include "ublk/queue_poll.h"
+#include "ublk/queue_threads.h"
 
 namespace pcached::daemon {
 
@@ -27,8 +26,7 @@ struct ExportSettings {
   int device_id = -1;  // -1: the frontend picks a free id
   unsigned queues = 1;
   unsigned depth = 128;
-  QueueAffinity queue_affinity = QueueAffinity::Auto;
-  std::chrono::microseconds queue_poll = ublk::kDefaultQueuePoll;
+  ublk::QueueThreadSettings queue_threads;
 };
 
 class Frontend {

@@ -37,8 +37,7 @@ ublk::DeviceSettings device_settings(const ExportSettings& settings) {
   device.dev_id = settings.device_id;
   device.queues = static_cast<uint16_t>(settings.queues);
   device.depth = static_cast<uint16_t>(settings.depth);
-  device.affinity = settings.queue_affinity;
-  device.poll = settings.queue_poll;
+  device.threads = settings.queue_threads;
   return device;
 }
 
@@ -63,7 +62,7 @@ Result<std::unique_ptr<ExportedDevice>> UblkFrontend::restore(cache::Cache& cach
     const auto id = static_cast<uint32_t>(settings.device_id);
     auto info = control_->info(id);
     if (info.ok() && info->state != UBLK_S_DEV_DEAD) {
-      auto device = ublk::UblkDevice::recover(*control_, cache, id, settings.queue_affinity, settings.queue_poll);
+      auto device = ublk::UblkDevice::recover(*control_, cache, id, settings.queue_threads);
       if (!device.ok()) return device.status();
       return exported(std::move(device.value()));
     }

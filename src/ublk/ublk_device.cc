@@ -48,7 +48,7 @@ void log_cleanup_failure(const Status& status) {
 
 Result<std::unique_ptr<UblkDevice>> UblkDevice::create(ControlDevice& control, cache::QueueTarget& target,
                                                        const DeviceSettings& settings) {
-  auto device = std::unique_ptr<UblkDevice>(new UblkDevice(control, target, settings.affinity, settings.poll));
+  auto device = std::unique_ptr<UblkDevice>(new UblkDevice(control, target, settings.threads));
   // User recovery keeps /dev/ublkbN (and the filesystems on it) when the daemon dies; reissue
   // hands the requests it held to the next daemon instead of failing them.
   const uint64_t flags = UBLK_F_USER_RECOVERY | UBLK_F_USER_RECOVERY_REISSUE;
@@ -79,8 +79,8 @@ Result<std::unique_ptr<UblkDevice>> UblkDevice::create(ControlDevice& control, c
 }
 
 Result<std::unique_ptr<UblkDevice>> UblkDevice::recover(ControlDevice& control, cache::QueueTarget& target, uint32_t dev_id,
-                                                        QueueAffinity affinity, std::chrono::microseconds poll) {
-  auto device = std::unique_ptr<UblkDevice>(new UblkDevice(control, target, affinity, poll));
+                                                        const QueueThreadSettings& threads) {
+  auto device = std::unique_ptr<UblkDevice>(new UblkDevice(control, target, threads));
   auto info = control.info(dev_id);
   if (!info.ok()) return info.status();
   device->info_ = info.value();
@@ -119,10 +119,10 @@ Status UblkDevice::start_queues() {
     settings.depth = info_.depth;
     settings.max_io_bytes = info_.max_io_bytes;
     settings.ioctl_encoded = control_.ioctl_encoded();
-    settings.poll = poll_;
-    if (affinity_ != QueueAffinity::None) {
+    settings.poll = threads_.poll;
+    if (threads_.affinity != QueueAffinity::None) {
       if (auto cpus = control_.queue_affinity(info_.id, q); cpus.ok()) {
-        if (affinity_ == QueueAffinity::Kernel || cpus->size() > 1) {
+        if (threads_.affinity == QueueAffinity::Kernel || cpus->size() > 1) {
           settings.cpus = cpus.value();
         } else if (cpus->size() == 1) {
           spdlog::info("{}: queue {} is mapped to CPU {} alone; its thread is not bound there (queue affinity auto)",

@@ -12,7 +12,7 @@
 #include "pcached/cache.h"
 #include "pcached/status.h"
 #include "ublk/control_device.h"
-#include "ublk/queue_affinity.h"
+#include "ublk/queue_threads.h"
 #include "ublk/ublk_queue.h"
 
 namespace pcached::ublk {
@@ -22,8 +22,7 @@ struct DeviceSettings {
   uint16_t queues = 1;
   uint16_t depth = 128;
   uint32_t max_io_bytes = 1 << 20;
-  QueueAffinity affinity = QueueAffinity::Auto;
-  std::chrono::microseconds poll = kDefaultQueuePoll;  // each queue thread's spin before it sleeps
+  QueueThreadSettings threads;
 };
 
 class UblkDevice {
@@ -33,7 +32,7 @@ class UblkDevice {
   // Takes over /dev/ublkbN from a server that died, without the device going away: its I/O was
   // held by the driver and is served (re-issued) by us.
   static Result<std::unique_ptr<UblkDevice>> recover(ControlDevice& control, cache::QueueTarget& target, uint32_t dev_id,
-                                                     QueueAffinity affinity, std::chrono::microseconds poll);
+                                                     const QueueThreadSettings& threads);
   ~UblkDevice();
 
   uint32_t id() const { return info_.id; }
@@ -46,15 +45,14 @@ class UblkDevice {
   Status remove();
 
  private:
-  UblkDevice(ControlDevice& control, cache::QueueTarget& target, QueueAffinity affinity, std::chrono::microseconds poll)
-      : control_(control), target_(target), affinity_(affinity), poll_(poll) {}
+  UblkDevice(ControlDevice& control, cache::QueueTarget& target, const QueueThreadSettings& threads)
+      : control_(control), target_(target), threads_(threads) {}
   Status open_char_device();
   Status start_queues();
 
   ControlDevice& control_;
   cache::QueueTarget& target_;
-  QueueAffinity affinity_;
-  std::chrono::microseconds poll_;
+  QueueThreadSettings threads_;
   DeviceInfo info_;
   UniqueFd char_fd_;
   std::vector<std::unique_ptr<UblkQueue>> queues_;
