@@ -512,6 +512,186 @@ TEST_CASE("a power cut while a batch's key sets cross into a new journal segment
   CHECK(totals.wrong == 0);
 }
 
+// Cuts the power at fences of any thread, as chosen: at every few fences (one in `every`) while
+// sampling, or at the next few fences after a store to a segment's first byte (its header: the
+// segment is being put to a new use) while watching headers. The checks run under a lock, one at a
+// time, whichever thread fences; the state they check against is set under the same lock.
+class CutAtGcFences final : public pmem::PersistObserver {
+ public:
+  enum class Mode { Off, Sample, AfterHeaders };
+  using Check = std::function<void(const std::vector<std::byte>& image, uint64_t seed)>;
+  CutAtGcFences(pmem::PersistenceSimulator& simulator, uint64_t data_start, uint64_t segment_size)
+      : simulator_(simulator), data_start_(data_start), segment_size_(segment_size) {}
+  void on_store(uint64_t offset, size_t len, pmem::StoreKind kind) override {
+    simulator_.on_store(offset, len, kind);
+    if (offset >= data_start_ && (offset - data_start_) % segment_size_ == 0) {
+      std::lock_guard lock(mutex_);
+      if (mode_ == Mode::AfterHeaders) fences_to_cut_ = 3;
+    }
+  }
+  void on_flush(uint64_t offset, size_t len) override { simulator_.on_flush(offset, len); }
+  void on_fence() override {
+    {
+      std::lock_guard lock(mutex_);
+      const bool cut = (mode_ == Mode::Sample && ++fences_ % every_ == 0) ||
+                       (mode_ == Mode::AfterHeaders && fences_to_cut_ > 0 && fences_to_cut_-- > 0);
+      if (cut && cuts_ < max_cuts_) {
+        for (const bool torn : {false, true}) {
+          pmem::PersistenceSimulator::PowerCut power_cut;
+          power_cut.seed = ++seed_;
+          power_cut.tear_words = torn;
+          power_cut.keep_unpersisted = torn ? 1.0 : 0.5;
+          check_(simulator_.image_after_power_cut(power_cut), power_cut.seed);
+          ++cuts_;
+        }
+      }
+    }
+    simulator_.on_fence();
+  }
+  // From the test's thread; `change` runs under the lock the checks hold.
+  void with_lock(const std::function<void()>& change) {
+    std::lock_guard lock(mutex_);
+    change();
+  }
+  void arm(Mode mode, Check check, unsigned every, unsigned max_cuts) {
+    with_lock([&] {
+      mode_ = mode;
+      check_ = std::move(check);
+      every_ = every;
+      max_cuts_ = cuts_ + max_cuts;
+    });
+  }
+  void disarm() {
+    with_lock([&] { mode_ = Mode::Off; });
+  }
+  unsigned cuts() {
+    std::lock_guard lock(mutex_);
+    return cuts_;
+  }
+
+ private:
+  pmem::PersistenceSimulator& simulator_;
+  const uint64_t data_start_, segment_size_;
+  std::mutex mutex_;
+  Mode mode_ = Mode::Off;
+  Check check_;
+  unsigned every_ = 1, fences_ = 0, fences_to_cut_ = 0, cuts_ = 0, max_cuts_ = 0;
+  uint64_t seed_ = 0;
+};
+
+TEST_CASE("a power cut while GC moves dirty data and retires its victims, or while a victim is reused, loses nothing",
+          "[cache][crash][power-cut][gc]") {
+  // The random cuts land in GC's runs now and then; these land in them on purpose: at fences of a
+  // GC that can only move dirty data (the backing device fails every write), its data copies, its key sets
+  // (moves and retirements) and their publication; then at the fences right after a segment's
+  // header is written, which is how a released victim is put to use again, by a queue or by GC.
+  // A torn or missing new header must leave the keys of the victim's old generation skipped (they
+  // were retired) and its moved data found under the moves' keys.
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  open_cache(files.options(/*format=*/true))->abandon();
+  const std::unique_ptr<pmem::Region> view = open_view(files.region.path());
+  pmem::PersistenceSimulator simulator(*view);
+  CutAtGcFences observer(simulator, format::kDataStart, MiB);
+  cache::CacheOptions options = files.options();
+  options.tunables.gc_threshold = 90;  // no GC until the workload has filled most segments
+  options.copy_policy.spec = pmem::parse_policy_spec("threshold:8K").value();
+  options.persist_observer = &observer;
+  auto cache = open_cache(options);
+  REQUIRE(cache->stats().segments_total == 12);
+  // Nothing reaches the backing device: the clean horizon stays put, so every victim is dirty and
+  // GC must move its data and retire it before it is reused.
+  cache->backing_faults().writes.count = -1;
+  auto queue = make_queue(*cache);
+
+  std::mt19937_64 rng(crash_seed(61));
+  CrashModel model(kDeviceSectors);
+  CrashTotals totals;
+  uint64_t next_id = 1;
+  // Under the observer's lock, with the model: the write under way, and the newest issued.
+  std::vector<OpRecord> in_flight;
+  uint64_t newest_issued = 0;
+  auto write = [&](uint32_t max_sectors, uint64_t span) {
+    const auto sectors = static_cast<uint32_t>(8 + rng() % (max_sectors - 7));
+    const OpRecord record{next_id++, rng() % (span - sectors), sectors, OpKind::Write};
+    observer.with_lock([&] {
+      in_flight = {record};
+      newest_issued = record.id;
+    });
+    const std::vector<std::byte> data = pattern(record.id, record.sector, record.sectors);
+    REQUIRE(queue->write(record.sector, record.sectors, data.data()) == static_cast<int>(record.sectors * kSector));
+    observer.with_lock([&] {
+      model.apply(record);
+      in_flight.clear();
+    });
+  };
+  const std::string policy = "threshold:8K";
+  auto check = [&](const char* phase) {
+    return [&, phase](const std::vector<std::byte>& image, uint64_t seed) {
+      const RecoveredCopy copy(image, read_file(files.backing.path()));
+      verify_recovery(copy, policy, model, in_flight, newest_issued, totals,
+                      std::string(phase) + ", cut " + std::to_string(seed));
+    };
+  };
+
+  // 7 MiB of writes over 2 MiB of the device: the segments written first hold little live data,
+  // all of it dirty.
+  for (uint64_t written = 0; written < 7 * MiB;) {
+    write(64, 4096);
+    written += 64 * kSector;
+  }
+  const cache::CacheStats before = cache->stats();
+  REQUIRE(before.gc_runs == 0);
+  REQUIRE(before.dirty_bytes > 0);
+
+  // GC may now take all but a quarter: it moves the dirty data of the emptiest segments, cut at
+  // one fence in three of any thread.
+  const unsigned phase_cuts = std::max(4u, crash_points(300) / 5);
+  observer.arm(CutAtGcFences::Mode::Sample, check("GC moving dirty data"), 3, phase_cuts);
+  REQUIRE(cache->set("gc_threshold", "25").ok());
+  uint64_t runs = 0;
+  auto quiet_for = std::chrono::steady_clock::now();
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+       std::chrono::steady_clock::now() < deadline;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const uint64_t now_runs = cache->stats().gc_runs;
+    if (now_runs != runs) {
+      runs = now_runs;
+      quiet_for = std::chrono::steady_clock::now();
+    } else if (runs > 0 && std::chrono::steady_clock::now() - quiet_for > std::chrono::milliseconds(300)) {
+      break;
+    }
+  }
+  observer.disarm();
+  const unsigned gc_cuts = observer.cuts();
+  const cache::CacheStats after_gc = cache->stats();
+  INFO(after_gc.gc_runs << " GC runs, " << after_gc.segments_reclaimed << " segments reclaimed, "
+                        << after_gc.gc_moved_dirty_bytes << " dirty bytes moved, " << gc_cuts << " cuts");
+  REQUIRE(after_gc.gc_moved_dirty_bytes > 0);
+  REQUIRE(gc_cuts > 0);
+
+  // More writes: the segments never used yet, then the released victims are put to use, and GC
+  // keeps going; each new header is followed by cuts at the next fences.
+  observer.arm(CutAtGcFences::Mode::AfterHeaders, check("segment put to use again"), 1, phase_cuts);
+  for (uint64_t written = 0; written < 8 * MiB;) {
+    write(64, 4096);
+    written += 64 * kSector;
+  }
+  observer.disarm();
+  const unsigned reuse_cuts = observer.cuts() - gc_cuts;
+  queue.reset();
+  cache->abandon();
+
+  std::printf("power cuts in GC's dirty moves and victim reuse: %u while GC ran (%lu KiB of dirty data moved), %u "
+              "after new segment headers; %lu sectors compared, losses=%lu, wrong=%lu\n",
+              gc_cuts, static_cast<unsigned long>(after_gc.gc_moved_dirty_bytes / KiB), reuse_cuts,
+              static_cast<unsigned long>(totals.sectors), static_cast<unsigned long>(totals.lost),
+              static_cast<unsigned long>(totals.wrong));
+  INFO(totals.failures_text());
+  CHECK(reuse_cuts > 0);
+  CHECK(totals.lost == 0);
+  CHECK(totals.wrong == 0);
+}
+
 TEST_CASE("a control slot torn by a power cut is rewritten before the next update tears the other",
           "[cache][crash][power-cut][recovery]") {
   // The control area is written slot 0 then slot 1, each made durable before the next, so a power
