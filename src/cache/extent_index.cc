@@ -87,7 +87,7 @@ void ExtentIndex::erase_range(Shard& shard, uint64_t begin, uint64_t end, uint64
 
 void ExtentIndex::insert_in_stripe(Shard& shard, uint64_t begin, uint64_t end, uint64_t location, uint64_t seq,
                                    uint32_t flags) {
-  if (contents_ != nullptr && !(flags & (Extent::kZero | Extent::kDiscarded))) contents_->note(location, begin, end - begin);
+  if (!(flags & (Extent::kZero | Extent::kDiscarded))) note_placed(location, begin, end);
   // The common cases with one descent of the tree: nothing cached there yet, or an extent of
   // exactly this range (a block written again) that the new data replaces in place.
   if (auto it = first_overlapping(shard.map, begin); it == shard.map.end() || it->first >= end) {
@@ -220,7 +220,7 @@ ExtentIndex::Map::iterator ExtentIndex::relocate_extent(Shard& shard, Map::itera
       account(shard, extent, -static_cast<int64_t>(extent.sectors));
       extent.location = relocation.location;
       account(shard, extent, extent.sectors);
-      if (contents_ != nullptr) contents_->note(extent.location, it->first, extent.sectors);
+      note_placed(extent.location, it->first, it->first + extent.sectors);
       return std::next(it);
     case Relocation::Action::Evict:
       break;

@@ -149,7 +149,8 @@ class ExtentIndex {
   uint64_t sectors_at_or_above(uint64_t seq) const;
 
   // Keeps activity's live-sector counts in step with every extent that holds data in the region,
-  // and notes in contents where each piece of data is placed. Set once, before any other use.
+  // and notes in contents where each piece of data is placed (activity says which segment a
+  // location is in). Set once, before any other use.
   void track(SegmentActivity* activity, SegmentContents* contents) {
     activity_ = activity;
     contents_ = contents;
@@ -182,6 +183,11 @@ class ExtentIndex {
   void account(Shard& shard, const Extent& extent, int64_t sectors) {
     if (extent.counts_as_cached()) shard.sectors.fetch_add(static_cast<uint64_t>(sectors), std::memory_order_relaxed);
     if (activity_ != nullptr && extent.has_data()) activity_->add_live(extent.location, sectors);
+  }
+
+  // Data of [begin, end) was placed at location.
+  void note_placed(uint64_t location, uint64_t begin, uint64_t end) {
+    if (contents_ != nullptr) contents_->note(activity_->segment_of(location), begin, end - begin);
   }
 
   std::array<Shard, kShards> shards_;

@@ -1,20 +1,10 @@
 #include "cache/segment_contents.h"
 
 #include <algorithm>
-#include <bit>
-#include <cassert>
 
 namespace pcached::cache {
 
-SegmentContents::SegmentContents(uint64_t data_start, uint64_t segment_size, uint32_t count)
-    : data_start_(data_start),
-      shift_(static_cast<unsigned>(std::countr_zero(segment_size))),
-      count_(count),
-      segments_(std::make_unique<Segment[]>(count)) {}
-
-void SegmentContents::note(uint64_t location, uint64_t sector, uint64_t sectors) {
-  const uint64_t index = (location - data_start_) >> shift_;
-  assert(location >= data_start_ && index < count_);
+void SegmentContents::note(uint32_t index, uint64_t sector, uint64_t sectors) {
   Segment& segment = segments_[index];
   std::lock_guard lock(segment.mutex);
   if (!segment.ranges.empty() && segment.ranges.back().end() == sector) {

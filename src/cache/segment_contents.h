@@ -27,10 +27,10 @@ struct SectorRange {
 
 class SegmentContents {
  public:
-  SegmentContents(uint64_t data_start, uint64_t segment_size, uint32_t count);
+  explicit SegmentContents(uint32_t count) : segments_(std::make_unique<Segment[]>(count)) {}
 
-  // The data of [sector, sector+sectors) was placed at `location` (a region offset in a data segment).
-  void note(uint64_t location, uint64_t sector, uint64_t sectors);
+  // The data of [sector, sector+sectors) was placed in `segment`.
+  void note(uint32_t segment, uint64_t sector, uint64_t sectors);
   // What the segments were given, sorted and merged: a superset of the sectors whose data is there.
   std::vector<SectorRange> ranges(const std::vector<uint32_t>& segments) const;
   // The segment holds no live data any more (it is being released).
@@ -42,9 +42,6 @@ class SegmentContents {
     std::vector<SectorRange> ranges;  // in the order noted
   };
 
-  uint64_t data_start_;
-  unsigned shift_;
-  uint32_t count_;
   std::unique_ptr<Segment[]> segments_;
 };
 

@@ -152,7 +152,7 @@ TEST_CASE("an extent reaching over several ranges is decided on once", "[cache][
 TEST_CASE("live sectors and contents per segment follow inserts, overwrites, discards, evictions and moves", "[cache][index][gc]") {
   constexpr uint64_t kSegment = 1 << 20;  // 2048 sectors
   SegmentActivity activity(0, kSegment, 8);
-  SegmentContents contents(0, kSegment, 8);
+  SegmentContents contents(8);
   ExtentIndex index;
   index.track(&activity, &contents);
   std::mt19937_64 rng(3);
