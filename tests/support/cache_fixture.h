@@ -110,6 +110,16 @@ inline std::vector<std::byte> read_file(const std::string& path) {
   return bytes;
 }
 
+// Part of a file: checking a few sectors must not cost a read of the whole device.
+inline std::vector<std::byte> read_file(const std::string& path, uint64_t offset, size_t length) {
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(offset));
+  std::vector<std::byte> bytes(length);
+  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(length));
+  bytes.resize(static_cast<size_t>(in.gcount()));
+  return bytes;
+}
+
 inline void write_file(const std::string& path, const std::vector<std::byte>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));

@@ -29,8 +29,9 @@ constexpr uint64_t kBackingSectors = kBackingBytes / kSector;
 
 // The write id each sector of [sector, sector+sectors) holds on the backing file itself.
 uint64_t backing_id(const CacheFiles& files, uint64_t sector) {
-  const std::vector<std::byte> bytes = read_file(files.backing.path());
-  return decode_sector(bytes.data() + sector * kSector, sector);
+  const std::vector<std::byte> bytes = read_file(files.backing.path(), sector * kSector, kSector);
+  REQUIRE(bytes.size() == kSector);
+  return decode_sector(bytes.data(), sector);
 }
 
 cache::CacheOptions with_mode(const CacheFiles& files, cache::CacheMode mode) {

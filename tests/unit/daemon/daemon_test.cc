@@ -142,9 +142,10 @@ bool reads_back(frontend::SyncQueue& queue, uint64_t id, uint64_t sector, uint32
 
 // Whether the backing file holds write `id`'s pattern over the range.
 bool backing_holds(const CacheFiles& files, uint64_t id, uint64_t sector, uint32_t sectors) {
-  const std::vector<std::byte> bytes = read_file(files.backing.path());
+  const std::vector<std::byte> bytes = read_file(files.backing.path(), sector * kSector, size_t{sectors} * kSector);
+  if (bytes.size() != size_t{sectors} * kSector) return false;
   for (uint32_t i = 0; i < sectors; ++i) {
-    if (decode_sector(bytes.data() + (sector + i) * kSector, sector + i) != id) return false;
+    if (decode_sector(bytes.data() + size_t{i} * kSector, sector + i) != id) return false;
   }
   return true;
 }
