@@ -603,11 +603,10 @@ void Writeback::collect_garbage(const Tunables& tunables) {
   if (victims.empty()) return;
 
   const format::Superblock& superblock = engine_.superblock_;
-  std::vector<uint32_t> segments;  // a few (kMaxSegmentsPerGc): searched linearly
-  for (const Victim& victim : victims) segments.push_back(victim.segment);
-  const auto victim_of = [&](uint64_t location) {
-    const auto it = std::ranges::find(segments, superblock.segment_at(location));
-    return it == segments.end() ? nullptr : &victims[static_cast<size_t>(it - segments.begin())];
+  const auto victim_of = [&](uint64_t location) -> const Victim* {
+    // A few victims (kMaxSegmentsPerGc): searched linearly.
+    const auto it = std::ranges::find(victims, superblock.segment_at(location), &Victim::segment);
+    return it == victims.end() ? nullptr : &*it;
   };
   // Where little of their data is live, it moves to the worker's own segment (gc_relocation.h);
   // the rest is dropped from the index, which sends its reads to the backing device. Dirty data is
@@ -623,6 +622,8 @@ void Writeback::collect_garbage(const Tunables& tunables) {
     if (relocation.action == ExtentIndex::Relocation::Action::Keep) kept.insert(victim.segment);
     return relocation;
   };
+  std::vector<uint32_t> segments;  // for the contents lists and the log
+  for (const Victim& victim : victims) segments.push_back(victim.segment);
   uint64_t evicted = engine_.index_.reclaim(engine_.contents_.ranges(segments), in_victim, relocate);
   // The live counts are kept apart from the contents lists: a victim they say still holds data
   // means a placement was never noted. Its data must not be lost with the segment: look everywhere.
