@@ -59,6 +59,9 @@ struct CacheOptions {
   // (which then carries a digest of the data); the others fence the data first. Unset: measured
   // on the region at open (src/cache/commit_protocol.h). Tests set it to take one protocol.
   std::optional<uint32_t> commit_shared_fence_classes;
+  // Tests: called on the engine's thread that gives a segment back to the allocator, right after
+  // it did (from then on, the segment's next user may overwrite it at any moment).
+  std::function<void(uint32_t segment)> segment_released;
   // Tests: offsets of the region to treat as bad blocks reported at open (offset, length).
   std::vector<std::pair<uint64_t, uint64_t>> injected_bad_ranges;
   std::chrono::milliseconds writeback_interval{5};

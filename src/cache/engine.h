@@ -99,6 +99,7 @@ class Engine final : public Cache {
   void release_segment(uint32_t segment) {
     contents_.forget(segment);
     segments_->release(segment, segment_has_bad_block(segment));
+    if (options_.segment_released) options_.segment_released(segment);
   }
   pmem::PmemWriter make_writer() const { return pmem::PmemWriter(*region_, *policy_, options_.persist_observer); }
 

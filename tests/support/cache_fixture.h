@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "format/superblock.h"
 #include "frontend/sync_queue.h"
 #include "pcached/cache.h"
 #include "support/scratch_file.h"
@@ -118,6 +119,13 @@ inline std::vector<std::byte> read_file(const std::string& path, uint64_t offset
   in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(length));
   bytes.resize(static_cast<size_t>(in.gcount()));
   return bytes;
+}
+
+// A region file's superblock (one of its copies, decoded).
+inline format::Superblock read_superblock(const std::string& region_path, unsigned copy = 0) {
+  const std::vector<std::byte> bytes = read_file(region_path, format::kSuperblockOffsets[copy], format::kSuperblockSize);
+  return format::decode_superblock(std::span<const std::byte, format::kSuperblockSize>(bytes.data(), bytes.size()))
+      .value();
 }
 
 inline void write_file(const std::string& path, const std::vector<std::byte>& bytes) {

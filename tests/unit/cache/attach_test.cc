@@ -34,14 +34,6 @@ void expect_refusal(const cache::CacheOptions& options, const std::string& words
   CHECK(cache.status().message().find('\n') == std::string::npos);
 }
 
-// The region's superblock (copy 0, decoded).
-format::Superblock read_superblock(const std::string& region_path, unsigned copy = 0) {
-  const auto bytes = read_file(region_path);
-  return format::decode_superblock(std::span<const std::byte, format::kSuperblockSize>(
-                                       bytes.data() + format::kSuperblockOffsets[copy], format::kSuperblockSize))
-      .value();
-}
-
 // Writes sb, re-encoded, over the given superblock copies of the region.
 void write_superblock(const std::string& region_path, const format::Superblock& sb, std::initializer_list<unsigned> copies) {
   std::array<std::byte, format::kSuperblockSize> encoded;

@@ -27,6 +27,7 @@
 #include "cache/commit_protocol.h"
 #include "backing/backing_device.h"
 #include "format/layout.h"
+#include "format/segment_header.h"
 #include "pmem/persistence_simulator.h"
 #include "support/cache_fixture.h"
 #include "support/crash_model.h"
@@ -579,6 +580,20 @@ class CutAtGcFences final : public pmem::PersistObserver {
   uint64_t seed_ = 0;
 };
 
+// What the next user of a released segment may leave in it at once: its own header (the
+// generation after the one the image holds) and its own data over everything else.
+bool overwrite_as_reused(std::vector<std::byte>& image, const format::Superblock& superblock, uint32_t segment) {
+  std::byte* start = image.data() + superblock.segment_offset(segment);
+  const auto header = format::decode_segment_header(
+      std::span<const std::byte, format::kSegmentHeaderEncodedSize>(start, format::kSegmentHeaderEncodedSize),
+      superblock.salt());
+  if (!header.ok()) return false;
+  std::memset(start, 0x5A, superblock.segment_size);
+  format::encode_segment_header({format::SegmentType::Data, header.value().generation + 1, segment, 0}, superblock.salt(),
+                                std::span<std::byte, format::kSegmentHeaderEncodedSize>(start, format::kSegmentHeaderEncodedSize));
+  return true;
+}
+
 TEST_CASE("a power cut while GC moves dirty data and retires its victims, or while a victim is reused, loses nothing",
           "[cache][crash][power-cut][gc]") {
   // The random cuts land in GC's runs now and then; these land in them on purpose: at fences of a
@@ -587,21 +602,17 @@ TEST_CASE("a power cut while GC moves dirty data and retires its victims, or whi
   // header is written, which is how a released victim is put to use again, by a queue or by GC.
   // A torn or missing new header must leave the keys of the victim's old generation skipped (they
   // were retired) and its moved data found under the moves' keys.
+  //
+  // And at every release of a segment, the worst its next user could do at once: a cut that keeps
+  // nothing not yet fenced, with the segment overwritten by that user (new header, new data). GC
+  // must have moved and retired durably whatever it released. (Real reuse comes too late to show a
+  // release made too early: the allocator hands out the longest-free segment first.)
   CacheFiles files(kRegionBytes, kBackingBytes);
   open_cache(files.options(/*format=*/true))->abandon();
+  const format::Superblock superblock = read_superblock(files.region.path());
   const std::unique_ptr<pmem::Region> view = open_view(files.region.path());
   pmem::PersistenceSimulator simulator(*view);
   CutAtGcFences observer(simulator, format::kDataStart, MiB);
-  cache::CacheOptions options = files.options();
-  options.tunables.gc_threshold = 90;  // no GC until the workload has filled most segments
-  options.copy_policy.spec = pmem::parse_policy_spec("threshold:8K").value();
-  options.persist_observer = &observer;
-  auto cache = open_cache(options);
-  REQUIRE(cache->stats().segments_total == 12);
-  // Nothing reaches the backing device: the clean horizon stays put, so every victim is dirty and
-  // GC must move its data and retire it before it is reused.
-  cache->backing_faults().writes.count = -1;
-  auto queue = make_queue(*cache);
 
   std::mt19937_64 rng(crash_seed(61));
   CrashModel model(kDeviceSectors);
@@ -610,6 +621,43 @@ TEST_CASE("a power cut while GC moves dirty data and retires its victims, or whi
   // Under the observer's lock, with the model: the write under way, and the newest issued.
   std::vector<OpRecord> in_flight;
   uint64_t newest_issued = 0;
+  const std::string policy = "threshold:8K";
+  auto check = [&](const std::string& phase) {
+    return [&, phase](const std::vector<std::byte>& image, uint64_t seed) {
+      const RecoveredCopy copy(image, read_file(files.backing.path()));
+      verify_recovery(copy, policy, model, in_flight, newest_issued, totals, phase + ", cut " + std::to_string(seed));
+    };
+  };
+  const unsigned phase_cuts = std::max(4u, crash_points(300) / 5);
+  // Under the observer's lock too.
+  bool releases_armed = false;
+  unsigned release_cuts = 0;
+
+  cache::CacheOptions options = files.options();
+  options.tunables.gc_threshold = 90;  // no GC until the workload has filled most segments
+  options.copy_policy.spec = pmem::parse_policy_spec(policy).value();
+  options.persist_observer = &observer;
+  options.segment_released = [&](uint32_t segment) {
+    observer.with_lock([&] {
+      if (!releases_armed || release_cuts >= phase_cuts) return;
+      const uint64_t seed = 1'000'000 + ++release_cuts;
+      std::vector<std::byte> image = simulator.image_after_power_cut({.keep_unpersisted = 0.0, .seed = seed});
+      const std::string where = "segment " + std::to_string(segment) + " reused as soon as released";
+      if (!overwrite_as_reused(image, superblock, segment)) {
+        ++totals.wrong;
+        totals.fail(where + ": its header was not durable");
+        return;
+      }
+      check(where)(image, seed);
+    });
+  };
+  auto cache = open_cache(options);
+  REQUIRE(cache->stats().segments_total == 12);
+  // Nothing reaches the backing device: the clean horizon stays put, so every victim is dirty and
+  // GC must move its data and retire it before it is reused.
+  cache->backing_faults().writes.count = -1;
+  auto queue = make_queue(*cache);
+
   auto write = [&](uint32_t max_sectors, uint64_t span) {
     const auto sectors = static_cast<uint32_t>(8 + rng() % (max_sectors - 7));
     const OpRecord record{next_id++, rng() % (span - sectors), sectors, OpKind::Write};
@@ -624,14 +672,6 @@ TEST_CASE("a power cut while GC moves dirty data and retires its victims, or whi
       in_flight.clear();
     });
   };
-  const std::string policy = "threshold:8K";
-  auto check = [&](const char* phase) {
-    return [&, phase](const std::vector<std::byte>& image, uint64_t seed) {
-      const RecoveredCopy copy(image, read_file(files.backing.path()));
-      verify_recovery(copy, policy, model, in_flight, newest_issued, totals,
-                      std::string(phase) + ", cut " + std::to_string(seed));
-    };
-  };
 
   // 7 MiB of writes over 2 MiB of the device: the segments written first hold little live data,
   // all of it dirty.
@@ -645,7 +685,7 @@ TEST_CASE("a power cut while GC moves dirty data and retires its victims, or whi
 
   // GC may now take all but a quarter: it moves the dirty data of the emptiest segments, cut at
   // one fence in three of any thread.
-  const unsigned phase_cuts = std::max(4u, crash_points(300) / 5);
+  observer.with_lock([&] { releases_armed = true; });
   observer.arm(CutAtGcFences::Mode::Sample, check("GC moving dirty data"), 3, phase_cuts);
   REQUIRE(cache->set("gc_threshold", "25").ok());
   uint64_t runs = 0;
@@ -678,16 +718,18 @@ TEST_CASE("a power cut while GC moves dirty data and retires its victims, or whi
   }
   observer.disarm();
   const unsigned reuse_cuts = observer.cuts() - gc_cuts;
+  observer.with_lock([&] { releases_armed = false; });
   queue.reset();
   cache->abandon();
 
   std::printf("power cuts in GC's dirty moves and victim reuse: %u while GC ran (%lu KiB of dirty data moved), %u "
-              "after new segment headers; %lu sectors compared, losses=%lu, wrong=%lu\n",
-              gc_cuts, static_cast<unsigned long>(after_gc.gc_moved_dirty_bytes / KiB), reuse_cuts,
+              "after new segment headers, %u at releases; %lu sectors compared, losses=%lu, wrong=%lu\n",
+              gc_cuts, static_cast<unsigned long>(after_gc.gc_moved_dirty_bytes / KiB), reuse_cuts, release_cuts,
               static_cast<unsigned long>(totals.sectors), static_cast<unsigned long>(totals.lost),
               static_cast<unsigned long>(totals.wrong));
   INFO(totals.failures_text());
   CHECK(reuse_cuts > 0);
+  CHECK(release_cuts > 0);
   CHECK(totals.lost == 0);
   CHECK(totals.wrong == 0);
 }
