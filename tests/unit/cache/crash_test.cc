@@ -229,7 +229,8 @@ bool verify_recovery_cut_again(const RecoveredCopy& copy, const std::string& pol
 
 }  // namespace
 
-TEST_CASE("power cuts lose no acknowledged operation while writeback and GC run", "[cache][crash][power-cut]") {
+TEST_CASE("power cuts lose no acknowledged operation while writeback and GC run",
+          "[cache][crash][power-cut][random-cuts]") {
   // The policy decides which stores stream (durable at the next fence) and which go through the
   // cache (dirty until flushed, then durable at the next fence). The commit protocol, whether a
   // write's data shares its fence with the key set (which carries a digest replay checks) or is
