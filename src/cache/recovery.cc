@@ -120,6 +120,7 @@ Status Engine::recover() {
   std::vector<format::Key> live;
   std::vector<ReplayedJournal> journals;
   std::vector<format::Key> batch;
+  std::vector<JournalPosition> dropped_records;  // key sets whose data was torn (below)
   for (uint32_t slot = 0; slot < format::kMaxJournals; ++slot) {
     const format::JournalHead head = control.journals[slot];
     if (!head.in_use()) continue;
@@ -164,8 +165,21 @@ Status Engine::recover() {
                    where, slot, last_record.front().seq, last_record.back().seq);
       live.resize(last_record_live);
       replayed.end = reader.last_record();
+      dropped_records.push_back(replayed.end);
     }
     journals.push_back(std::move(replayed));
+  }
+  if (!dropped_records.empty()) {
+    // Ordering: erased durably before anything can reuse a segment. Until a new key set takes its
+    // place, a dropped one would be read again at the next attach, and once its segment holds a
+    // newer generation, its data could no longer be checked: its keys would then read as damage
+    // and the cache be refused. (A cut in the erasure leaves the magic whole, as before, or gone,
+    // or the set torn: each ends the journal there.)
+    pmem::PmemWriter writer = make_writer();
+    for (const JournalPosition& record : dropped_records) {
+      writer.fill_nodrain(superblock_.segment_offset(record.segment) + record.offset, 0, format::kKeySetAlignment);
+    }
+    writer.drain();
   }
 
   // A moved key shares its number with the key it moves (which is skipped when its segment was

@@ -6,9 +6,11 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
+#include "format/segment_header.h"
 #include "format/superblock.h"
 #include "frontend/sync_queue.h"
 #include "pcached/cache.h"
@@ -126,6 +128,22 @@ inline format::Superblock read_superblock(const std::string& region_path, unsign
   const std::vector<std::byte> bytes = read_file(region_path, format::kSuperblockOffsets[copy], format::kSuperblockSize);
   return format::decode_superblock(std::span<const std::byte, format::kSuperblockSize>(bytes.data(), bytes.size()))
       .value();
+}
+
+// What the next user of a released segment may leave in it at once: its own header (the
+// generation after the one the image holds) and its own data over everything else. Returns what
+// the segment was, or nothing if the image holds no valid header for it.
+inline std::optional<format::SegmentType> overwrite_as_reused(std::vector<std::byte>& image,
+                                                       const format::Superblock& superblock, uint32_t segment) {
+  std::byte* start = image.data() + superblock.segment_offset(segment);
+  const auto header = format::decode_segment_header(
+      std::span<const std::byte, format::kSegmentHeaderEncodedSize>(start, format::kSegmentHeaderEncodedSize),
+      superblock.salt());
+  if (!header.ok()) return std::nullopt;
+  std::memset(start, 0x5A, superblock.segment_size);
+  format::encode_segment_header({format::SegmentType::Data, header.value().generation + 1, segment, 0}, superblock.salt(),
+                                std::span<std::byte, format::kSegmentHeaderEncodedSize>(start, format::kSegmentHeaderEncodedSize));
+  return header.value().type;
 }
 
 inline void write_file(const std::string& path, const std::vector<std::byte>& bytes) {
