@@ -800,14 +800,9 @@ TEST_CASE("a key set dropped at replay for torn data stays dropped once its segm
   // One 8-byte word of the last write's data never reached the media.
   std::vector<std::byte> region = read_file(files.region.path());
   const format::Superblock superblock = read_superblock(files.region.path());
-  std::optional<uint32_t> segment;
-  for (uint64_t offset = superblock.data_start; offset + kSector <= region.size() && !segment; offset += kSector) {
-    if (decode_sector(region.data() + offset, 203) == 3) {
-      region[offset + 264] ^= std::byte{0x40};
-      segment = superblock.segment_at(offset);
-    }
-  }
-  REQUIRE(segment);
+  const std::optional<uint64_t> torn = tear_cached_sector(region, 203, 3);
+  REQUIRE(torn);
+  const std::optional<uint32_t> segment = superblock.segment_at(*torn);
   write_file(files.region.path(), region);
 
   // The recovery that drops the key set, cut as soon as the segment's new header is durable.

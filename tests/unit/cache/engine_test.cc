@@ -218,14 +218,7 @@ TEST_CASE("a write whose data a crash tore under its durable key set is dropped 
   if (torn) {
     // One 8-byte word of the last write's data never reached the media.
     auto region = read_file(files.region.path());
-    bool found = false;
-    for (uint64_t offset = format::kDataStart; offset + kSector <= region.size() && !found; offset += kSector) {
-      if (decode_sector(region.data() + offset, 203) == 3) {
-        region[offset + 264] ^= std::byte{0x40};
-        found = true;
-      }
-    }
-    REQUIRE(found);
+    REQUIRE(tear_cached_sector(region, 203, 3));
     write_file(files.region.path(), region);
   }
   const uint64_t expected_last = torn ? 0 : 3;  // the backing device never held sectors 200..207
