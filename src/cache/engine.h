@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "backing/backing_device.h"
@@ -149,6 +150,9 @@ class Engine final : public Cache {
   static Result<RegionVerdict> examine_region(const CacheOptions& options, const pmem::Region& region,
                                               const backing::BackingDevice& backing);
   Status recover();
+  // Makes the sectors the control area lists as lost fail their reads again (after replay: only
+  // where no newer key wrote them).
+  void restore_lost_ranges(std::span<const format::LostRange> lost);
   void stop_background();
 
   std::mutex settings_mutex_;  // one set() at a time

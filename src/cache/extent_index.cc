@@ -282,9 +282,10 @@ ExtentIndex::RangeState ExtentIndex::probe(uint64_t sector, uint32_t sectors, ui
     std::shared_lock lock(shard.mutex);
     for (auto it = first_overlapping(shard.map, begin); it != shard.map.end() && it->first < end; ++it) {
       // A tombstone is not cached data, but one at or above dirty_from is a discard not yet
-      // passed down: dirty, for whoever would write to the device under it.
+      // passed down: dirty, for whoever would write to the device under it. Lost data never
+      // reached the device either.
       if (it->second.counts_as_cached()) state.cached = true;
-      if (it->second.seq >= dirty_from) {
+      if (it->second.seq >= dirty_from || (it->second.flags & Extent::kLost)) {
         state.dirty = true;
         return;
       }

@@ -131,7 +131,7 @@ class ExtentIndex {
   uint64_t reclaim_everywhere(InReclaimed in_reclaimed, Relocator relocate);
 
   // What a range holds: anything cached at all, and anything written by a key at or above
-  // dirty_from (the clean horizon: data not yet on the backing device).
+  // dirty_from (the clean horizon: data not yet on the backing device) or lost (Extent::kLost).
   struct RangeState {
     bool cached = false;
     bool dirty = false;

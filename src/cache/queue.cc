@@ -176,7 +176,9 @@ EngineQueue::WriteRoute EngineQueue::route_write(const Request& request, const T
   // A write over dirty data stays in the cache whatever the mode: written to the device now, it
   // could be overwritten there by the older dirty data that writeback is about to copy. The same
   // holds for data writeback has already collected, even if a discard or a newer write has
-  // dropped it from the index since, and for a discard writeback has yet to pass down.
+  // dropped it from the index since, and for a discard writeback has yet to pass down. And a
+  // write over lost data: only a key newer than the loss makes its sectors readable after a
+  // restart (the control area still lists them until writeback next moves the horizon).
   if (state.dirty || engine_.writeback_->in_flight(request.sector, request.sectors) ||
       engine_.pending_discards_.overlaps(request.sector, request.sectors)) {
     return WriteRoute::Cache;
@@ -446,6 +448,12 @@ void EngineQueue::read(const Request& request, RequestCompletion* completion, co
         continue;
       }
       if (piece.cached) {
+        // Dirty data writeback lost to a media error, in this run or (restored from the control
+        // area, without data) an earlier one: the backing device holds older data.
+        if (piece.extent.flags & Extent::kLost) {
+          media_error = true;
+          continue;
+        }
         if (piece.extent.flags & Extent::kZero) {
           std::memset(destination, 0, bytes);
           any_hit = true;
@@ -465,9 +473,8 @@ void EngineQueue::read(const Request& request, RequestCompletion* completion, co
         } else {
           QueueCounters::bump(counters_.media_errors);
         }
-        // Clean data has an intact copy on the backing device; dirty data has no other copy,
-        // nor has data writeback lost.
-        if (piece.extent.seq >= horizon || (piece.extent.flags & Extent::kLost)) {
+        // Clean data has an intact copy on the backing device; dirty data has no other copy.
+        if (piece.extent.seq >= horizon) {
           media_error = true;
           continue;
         }

@@ -55,7 +55,7 @@ bool data_torn(const pmem::Region& region, const format::Superblock& sb, std::sp
 Result<ControlRead> read_control(const pmem::Region& region, const format::Superblock& sb) {
   Result<format::ControlArea> slots[2] = {Status::error(EIO, "unread"), Status::error(EIO, "unread")};
   for (unsigned slot = 0; slot < 2; ++slot) {
-    std::array<std::byte, format::kControlSize> bytes;
+    std::array<std::byte, format::kControlSlotBytes> bytes;
     Status status = region.read(format::kControlOffsets[slot], bytes.data(), bytes.size());
     slots[slot] = status.ok() ? format::decode_control_area(bytes, sb.salt()) : Result<format::ControlArea>(status);
   }
@@ -254,6 +254,7 @@ Status Engine::recover() {
     uint64_t& newest = data_segments[key.segment];
     newest = std::max(newest, key.seq);
   }
+  restore_lost_ranges(control.lost);
 
   // Segment uses: journal chains, segments with replayed data, the rest free.
   for (const ReplayedJournal& journal : journals) {
@@ -303,6 +304,19 @@ Status Engine::recover() {
     control_->update(writer, [](format::ControlArea& c) { c.flags &= ~format::ControlArea::kCleanShutdown; });
   }
   return Status();
+}
+
+void Engine::restore_lost_ranges(std::span<const format::LostRange> lost) {
+  if (lost.empty()) return;
+  uint64_t sectors = 0;
+  for (const format::LostRange& range : lost) {
+    // No data behind it: what was lost was unreadable, and its segment may be reused.
+    index_.insert(range.sector, range.sectors, 0, range.seq, Extent::kZero | Extent::kLost);
+    sectors += range.sectors;
+  }
+  spdlog::warn("cache on {}: {} range(s), {} sectors in all (the first at sector {}), hold dirty data a media error "
+               "destroyed before it was written back: reads of them fail with EIO until they are written again",
+               options_.region_path, lost.size(), sectors, lost.front().sector);
 }
 
 }  // namespace pcached::cache

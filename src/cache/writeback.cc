@@ -12,6 +12,7 @@
 #include <map>
 
 #include "cache/engine.h"
+#include "cache/lost_ranges.h"
 #include "common/thread_name.h"
 #include "format/layout.h"
 
@@ -350,7 +351,10 @@ void Writeback::collect(size_t budget, uint64_t seq_limit, std::vector<Piece>& p
         });
         // Marked once the shard lock is released: once clean, such data must not be read from
         // the backing device in its place.
-        for (const LostPiece& piece : lost) engine_.index_.mark(piece.sector, piece.sectors, piece.seq, Extent::kLost);
+        for (const LostPiece& piece : lost) {
+          engine_.index_.mark(piece.sector, piece.sectors, piece.seq, Extent::kLost);
+          newly_lost_.push_back({piece.sector, piece.sectors, piece.seq});
+        }
         lost.clear();
         if (!fits) break;
       }
@@ -424,6 +428,7 @@ bool Writeback::write_back_batch(size_t budget, uint64_t seq_limit) {
   std::vector<CursorUpdate> cursors;
   bool written_through = false;
   collect(budget, seq_limit, pieces, cursors, written_through);
+  record_lost();
   // Every write of the batch is complete when this function returns, whatever happened.
   struct ClearInFlight {
     Writeback& self;
@@ -460,13 +465,37 @@ bool Writeback::write_back_batch(size_t budget, uint64_t seq_limit) {
   return !pieces.empty() || !cursors.empty() || engine_.clean_horizon_.load() != before;
 }
 
+void Writeback::record_lost() {
+  if (newly_lost_.empty()) return;
+  // Ordering: durable before the horizon passes their keys (which says their data is on the
+  // backing device), so that after a crash the sectors fail their reads instead of serving the
+  // older data there.
+  const uint64_t next = engine_.next_seq_.load();
+  engine_.control_->update(writer_, [&](format::ControlArea& control) {
+    control.lost = add_lost_ranges(control.lost, newly_lost_);
+    control.next_seq = std::max(control.next_seq, next);  // every key in the list is numbered below it
+  });
+  if (engine_.control_->current().lost.size() == format::kMaxLostRanges) {
+    spdlog::error("cache on {}: dirty data lost to media errors in {} ranges or more: the closest ranges are merged, "
+                  "and after a restart the sectors between them fail their reads too",
+                  engine_.options_.region_path, format::kMaxLostRanges);
+  }
+  newly_lost_.clear();
+}
+
 void Writeback::advance_horizon() {
   const uint64_t horizon = engine_.compute_horizon();
   if (horizon <= engine_.clean_horizon_.load()) return;
   const uint64_t next = engine_.next_seq_.load();
+  // Lost sectors written again since (or discarded) need no error any more. (Only this thread
+  // changes the list.)
+  const std::vector<format::LostRange> lost = engine_.control_->current().lost;
+  std::optional<std::vector<format::LostRange>> remaining;
+  if (!lost.empty()) remaining = still_lost(engine_.index_, lost);
   engine_.control_->update(writer_, [&](format::ControlArea& control) {
     control.clean_horizon = horizon;
     control.next_seq = std::max({control.next_seq, next, horizon});
+    if (remaining) control.lost = *remaining;
   });
   engine_.clean_horizon_.store(horizon, std::memory_order_release);
   // Their tombstones go too: every key numbered before them is in the index by now.

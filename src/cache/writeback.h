@@ -19,6 +19,7 @@
 #include "cache/sector_ranges.h"
 #include "cache/segment_table.h"
 #include "cache/tunables_store.h"
+#include "format/control_area.h"
 #include "io/ring.h"
 #include "pcached/cache.h"
 #include "pcached/pmem_writer.h"
@@ -85,6 +86,8 @@ class Writeback {
   void grow_bounce(size_t bytes);
   // Writes the pieces (adjacent ones coalesced), then flushes; 0 or a negative errno.
   int write_and_flush(const std::vector<Piece>& pieces);
+  // Puts the dirty data collect found unreadable into the control area's lost ranges.
+  void record_lost();
   void advance_horizon();
   void reclaim_journals();
   void collect_garbage(const Tunables& tunables);
@@ -153,6 +156,7 @@ class Writeback {
   // during this attach). Touched by the worker thread only.
   std::atomic<uint64_t> lost_bytes_{0};
   std::set<uint32_t> lost_data_segments_;
+  std::vector<format::LostRange> newly_lost_;  // found by collect, not yet in the control area
   std::atomic<bool> stalled_{false};
 };
 

@@ -12,14 +12,26 @@ namespace {
 
 constexpr size_t kCrcOffset = 4;
 
-uint32_t checksum(std::span<const std::byte, kControlSize> bytes, uint32_t salt) {
-  return crc32c_skipping_field(salt, bytes.data(), bytes.size(), kCrcOffset);
+uint32_t checksum(std::span<const std::byte> bytes, uint32_t salt) {
+  return crc32c_skipping_field(salt, bytes.data(), kControlSize, kCrcOffset);
+}
+
+// The lost ranges' own checksum, which the slot's checksum covers (it sits in the slot's header):
+// a slot torn in its list of lost ranges is refused as a whole.
+uint32_t lost_checksum(const std::byte* table, size_t count, uint32_t salt) {
+  return crc32c(salt, table, count * kLostRangeSize);
 }
 
 }  // namespace
 
-void encode_control_area(const ControlArea& control, uint32_t salt, std::span<std::byte, kControlSize> out) {
-  std::fill(out.begin(), out.end(), std::byte{0});
+size_t encode_control_area(const ControlArea& control, uint32_t salt, std::span<std::byte, kControlSlotBytes> out) {
+  const size_t count = std::min(control.lost.size(), kMaxLostRanges);
+  const size_t used = kControlSize + count * kLostRangeSize;
+  std::fill(out.begin(), out.begin() + static_cast<ptrdiff_t>(used), std::byte{0});
+  FieldWriter table(out.data() + kControlSize);
+  for (size_t i = 0; i < count; ++i) {
+    table.put<uint64_t>(control.lost[i].sector).put<uint32_t>(control.lost[i].sectors).skip(4).put<uint64_t>(control.lost[i].seq);
+  }
   FieldWriter w(out.data());
   w.put<uint32_t>(kControlMagic)
       .put<uint32_t>(0)  // crc
@@ -28,12 +40,14 @@ void encode_control_area(const ControlArea& control, uint32_t salt, std::span<st
       .put<uint64_t>(control.update_seq)
       .put<uint64_t>(control.clean_horizon)
       .put<uint64_t>(control.next_seq)
-      .skip(8);
+      .put<uint32_t>(static_cast<uint32_t>(count))
+      .put<uint32_t>(lost_checksum(out.data() + kControlSize, count, salt));
   for (const JournalHead& head : control.journals) w.put<uint32_t>(head.segment).put<uint32_t>(head.generation);
   store_le<uint32_t>(out.data() + kCrcOffset, checksum(out, salt));
+  return used;
 }
 
-Result<ControlArea> decode_control_area(std::span<const std::byte, kControlSize> in, uint32_t salt) {
+Result<ControlArea> decode_control_area(std::span<const std::byte, kControlSlotBytes> in, uint32_t salt) {
   FieldReader r(in.data());
   if (r.get<uint32_t>() != kControlMagic) return Status::error(EBADMSG, "no control-area magic");
   const uint32_t stored_crc = r.get<uint32_t>();
@@ -48,7 +62,9 @@ Result<ControlArea> decode_control_area(std::span<const std::byte, kControlSize>
   control.update_seq = r.get<uint64_t>();
   control.clean_horizon = r.get<uint64_t>();
   control.next_seq = r.get<uint64_t>();
-  r.skip(8);
+  // (Zero in version 3 and earlier, which kept these 8 bytes reserved.)
+  const uint32_t lost_count = r.get<uint32_t>();
+  const uint32_t lost_crc = r.get<uint32_t>();
   for (JournalHead& head : control.journals) {
     head.segment = r.get<uint32_t>();
     head.generation = r.get<uint32_t>();
@@ -56,6 +72,29 @@ Result<ControlArea> decode_control_area(std::span<const std::byte, kControlSize>
   if (control.next_seq < control.clean_horizon) {
     return Status::error(EBADMSG, "next sequence " + std::to_string(control.next_seq) + " below the clean horizon " +
                                       std::to_string(control.clean_horizon));
+  }
+  if (lost_count > kMaxLostRanges) {
+    return Status::error(EBADMSG, std::to_string(lost_count) + " lost ranges, more than " + std::to_string(kMaxLostRanges));
+  }
+  if (lost_crc != lost_checksum(in.data() + kControlSize, lost_count, salt)) {
+    return Status::error(EBADMSG, "the list of lost ranges does not match its checksum (torn)");
+  }
+  FieldReader table(in.data() + kControlSize);
+  for (uint32_t i = 0; i < lost_count; ++i) {
+    LostRange& range = control.lost.emplace_back();
+    range.sector = table.get<uint64_t>();
+    range.sectors = table.get<uint32_t>();
+    table.skip(4);
+    range.seq = table.get<uint64_t>();
+    const std::string which = "lost range " + std::to_string(i) + " (sectors " + std::to_string(range.sector) + "+" +
+                              std::to_string(range.sectors) + ")";
+    if (range.sectors == 0 || range.sector + range.sectors < range.sector) return Status::error(EBADMSG, which + " is empty or wraps");
+    if (i > 0 && range.sector < control.lost[i - 1].sector + control.lost[i - 1].sectors) {
+      return Status::error(EBADMSG, which + " is out of order or overlaps the one before");
+    }
+    if (range.seq == 0 || range.seq >= control.next_seq) {
+      return Status::error(EBADMSG, which + ": key " + std::to_string(range.seq) + " was never numbered");
+    }
   }
   return control;
 }

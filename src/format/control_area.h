@@ -1,6 +1,6 @@
 // The control area: the small, often rewritten state of a cache — where each journal starts, the
-// clean horizon, whether the last shutdown was clean. Two slots are written alternately, so a torn
-// write leaves the previous state intact.
+// clean horizon, whether the last shutdown was clean, which dirty data was lost to media errors.
+// Two slots are written one after the other, so a torn write leaves the other intact.
 #pragma once
 
 #include <array>
@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "format/layout.h"
 #include "pcached/status.h"
@@ -23,6 +24,16 @@ struct JournalHead {
   bool operator==(const JournalHead&) const = default;
 };
 
+// Dirty data of sectors [sector, sector + sectors), written by the key numbered seq, that writeback
+// could not read (a media error): the backing device holds older data there, so the sectors must
+// fail their reads until something newer is written over them.
+struct LostRange {
+  uint64_t sector = 0;
+  uint32_t sectors = 0;
+  uint64_t seq = 0;
+  bool operator==(const LostRange&) const = default;
+};
+
 struct ControlArea {
   static constexpr uint32_t kCleanShutdown = 1u << 0;
 
@@ -34,11 +45,14 @@ struct ControlArea {
   // New keys are numbered from at least this.
   uint64_t next_seq = 1;
   std::array<JournalHead, kMaxJournals> journals{};
+  // Sorted by sector, disjoint, at most kMaxLostRanges, every seq below the clean horizon.
+  std::vector<LostRange> lost;
   bool operator==(const ControlArea&) const = default;
 };
 
-void encode_control_area(const ControlArea& control, uint32_t salt, std::span<std::byte, kControlSize> out);
-Result<ControlArea> decode_control_area(std::span<const std::byte, kControlSize> in, uint32_t salt);
+// Encodes into a whole slot; returns how many of its bytes are used (the rest is not read back).
+size_t encode_control_area(const ControlArea& control, uint32_t salt, std::span<std::byte, kControlSlotBytes> out);
+Result<ControlArea> decode_control_area(std::span<const std::byte, kControlSlotBytes> in, uint32_t salt);
 
 // Given both slots as read from the media, the current state (the valid slot with the higher
 // update sequence) and the index of that slot; an error naming both slots' damage otherwise.

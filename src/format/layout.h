@@ -22,8 +22,12 @@ namespace pcached::format {
 // 2: key sets with data carry its digest (KeySetKind::HashedKeys), and data and key share a fence.
 // 3: GC moves dirty data under keys of its own (KeyKind::Relocated) and records the segments it
 // released with keys above the clean horizon (KeyKind::Retired): replay skips keys naming those.
-// An older cache is upgraded when it is attached (its key sets are still read as they are).
-inline constexpr uint32_t kFormatVersion = 3;
+// 4: the control area lists the dirty data writeback lost to media errors (LostRange), which
+// must read as errors rather than as the older data of the backing device. A version 3 reader
+// would ignore that list.
+// An older cache is upgraded when it is attached (its key sets and control slots are still read as
+// they are).
+inline constexpr uint32_t kFormatVersion = 4;
 
 inline constexpr uint64_t kBlockSize = 4096;
 inline constexpr uint64_t kSectorSize = 512;
@@ -38,7 +42,13 @@ inline constexpr char kSuperblockMagic[8] = {'P', 'C', 'A', 'C', 'H', 'E', 'D', 
 inline constexpr uint64_t kControlOffsets[2] = {8 * KiB, 12 * KiB};
 inline constexpr uint32_t kControlMagic = 0x4c544350;  // "PCTL"
 inline constexpr uint32_t kMaxJournals = 64;
-inline constexpr size_t kControlSize = 48 + kMaxJournals * 8;
+inline constexpr size_t kControlSize = 48 + kMaxJournals * 8;  // covered by the slot's checksum
+// After it, the lost ranges (as many as the slot names, each 24 bytes), covered by a checksum of
+// their own that the slot's checksum covers. A slot is kControlSlotBytes at most.
+inline constexpr size_t kMaxLostRanges = 128;
+inline constexpr size_t kLostRangeSize = 24;
+inline constexpr size_t kControlSlotBytes = kControlSize + kMaxLostRanges * kLostRangeSize;
+static_assert(kControlSlotBytes <= 4 * KiB);
 
 inline constexpr uint64_t kScratchOffset = 2 * MiB;
 inline constexpr uint64_t kScratchLength = 8 * MiB;

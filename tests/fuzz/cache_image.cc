@@ -166,8 +166,8 @@ PatchArea patch_area(uint8_t selector) {
   switch (selector % (4 + kSegments)) {
     case 0: return {format::kSuperblockOffsets[0], format::kSuperblockSize};
     case 1: return {format::kSuperblockOffsets[1], format::kSuperblockSize};
-    case 2: return {format::kControlOffsets[0], format::kControlSize};
-    case 3: return {format::kControlOffsets[1], format::kControlSize};
+    case 2: return {format::kControlOffsets[0], format::kControlSlotBytes};
+    case 3: return {format::kControlOffsets[1], format::kControlSlotBytes};
     default: return {format::kDataStart + (selector % (4 + kSegments) - 4) * kSegmentSize, kSegmentWindow};
   }
 }

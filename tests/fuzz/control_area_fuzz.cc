@@ -1,7 +1,7 @@
 // The control-area decoder over any two slots, and the choice between them: each slot decodes or
 // is refused with EBADMSG; what decodes re-encodes to the same value; the current slot is a valid
 // one with the highest update sequence, and is refused only when neither slot is valid.
-//   input: [flags] [salt, u32 LE] [slot 0, 560 bytes] [slot 1, 560 bytes] (zero-filled if short)
+//   input: [flags] [salt, u32 LE] [slot 0, 3632 bytes] [slot 1, 3632 bytes] (zero-filled if short)
 //   flags bit 0 / bit 1: compute slot 0's / slot 1's checksum first.
 #include <array>
 
@@ -16,10 +16,10 @@ using namespace pcached::format;
 namespace {
 
 constexpr size_t kCrcOffset = 4;
-using Slot = std::array<std::byte, kControlSize>;
+using Slot = std::array<std::byte, kControlSlotBytes>;
 
 void seal(Slot& bytes, uint32_t salt) {
-  store_le<uint32_t>(bytes.data() + kCrcOffset, crc32c_skipping_field(salt, bytes.data(), bytes.size(), kCrcOffset));
+  store_le<uint32_t>(bytes.data() + kCrcOffset, crc32c_skipping_field(salt, bytes.data(), kControlSize, kCrcOffset));
 }
 
 void write_seeds(const char* root) {
@@ -47,6 +47,12 @@ void write_seeds(const char* root) {
   save("both-damaged", 0);
   encode_control_area(control, kSalt + 1, slots[0]);
   save("other-salt", 0);
+  control.lost = {{8, 8, 120}, {4096, 64, 200}};
+  encode_control_area(control, kSalt, slots[0]);
+  save("lost-ranges", 0);
+  slots[0][kControlSize + 30] ^= std::byte{1};
+  save("lost-ranges-torn", 0);
+  control.lost.clear();
   control.next_seq = 50;  // below the horizon
   encode_control_area(control, kSalt, slots[0]);
   encode_control_area(ControlArea{}, kSalt, slots[1]);
@@ -58,7 +64,13 @@ void check_slot(const Result<ControlArea>& decoded, uint32_t salt) {
     FUZZ_CHECK(decoded.status().code() == EBADMSG);
     return;
   }
-  FUZZ_CHECK(decoded.value().next_seq >= decoded.value().clean_horizon);
+  const ControlArea& control = decoded.value();
+  FUZZ_CHECK(control.next_seq >= control.clean_horizon);
+  FUZZ_CHECK(control.lost.size() <= kMaxLostRanges);
+  for (size_t i = 0; i < control.lost.size(); ++i) {
+    FUZZ_CHECK(control.lost[i].sectors > 0 && control.lost[i].seq < control.next_seq);
+    FUZZ_CHECK(i == 0 || control.lost[i].sector >= control.lost[i - 1].sector + control.lost[i - 1].sectors);
+  }
   Slot again;
   encode_control_area(decoded.value(), salt, again);
   auto round_trip = decode_control_area(again, salt);

@@ -120,7 +120,7 @@ std::vector<uint8_t> le32(uint32_t value) {
 void write_seeds(const std::string& directory) {
   // Where the image's journal and its key sets are.
   auto control = format::decode_control_area(
-      std::span<const std::byte, format::kControlSize>(fixture->image + format::kControlOffsets[0], format::kControlSize),
+      std::span<const std::byte, format::kControlSlotBytes>(fixture->image + format::kControlOffsets[0], format::kControlSlotBytes),
       format::crc32c(0, fixture->image + 24, 16));
   if (!control.ok()) std::abort();
   const format::JournalHead head = control->journals[0];

@@ -146,21 +146,32 @@ inline std::optional<format::SegmentType> overwrite_as_reused(std::vector<std::b
   return header.value().type;
 }
 
-// Tears the first copy of `sector` (holding write `id`'s pattern) found in a region image: one
-// 8-byte word of it never reached the media. Returns where that copy is.
-inline std::optional<uint64_t> tear_cached_sector(std::vector<std::byte>& image, uint64_t sector, uint64_t id) {
+// Where the first copy of `sector` holding write `id`'s pattern lies in a region image.
+inline std::optional<uint64_t> find_cached_sector(const std::vector<std::byte>& image, uint64_t sector, uint64_t id) {
   for (uint64_t offset = format::kDataStart; offset + kSector <= image.size(); offset += kSector) {
-    if (decode_sector(image.data() + offset, sector) == id) {
-      image[offset + 264] ^= std::byte{0x40};
-      return offset;
-    }
+    if (decode_sector(image.data() + offset, sector) == id) return offset;
   }
   return std::nullopt;
+}
+
+// Tears that copy: one 8-byte word of it never reached the media. Returns where it is.
+inline std::optional<uint64_t> tear_cached_sector(std::vector<std::byte>& image, uint64_t sector, uint64_t id) {
+  const std::optional<uint64_t> offset = find_cached_sector(image, sector, id);
+  if (offset) image[*offset + 264] ^= std::byte{0x40};
+  return offset;
 }
 
 inline void write_file(const std::string& path, const std::vector<std::byte>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Writes bytes at offset into an existing file (a backing device image, say), leaving the rest.
+inline void write_file_at(const std::string& path, uint64_t offset, const std::vector<std::byte>& bytes) {
+  std::fstream out(path, std::ios::binary | std::ios::in | std::ios::out);
+  out.seekp(static_cast<std::streamoff>(offset));
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  REQUIRE(out.good());
 }
 
 }  // namespace pcached::testing

@@ -63,7 +63,7 @@ unsigned make_version_1(const std::string& region_path) {
   Result<format::ControlArea> slots[2] = {Status::error(EIO, ""), Status::error(EIO, "")};
   for (unsigned slot = 0; slot < 2; ++slot) {
     slots[slot] = format::decode_control_area(
-        std::span<const std::byte, format::kControlSize>(region.data() + format::kControlOffsets[slot], format::kControlSize),
+        std::span<const std::byte, format::kControlSlotBytes>(region.data() + format::kControlOffsets[slot], format::kControlSlotBytes),
         salt);
   }
   const auto current = format::pick_current_control(slots[0], slots[1]);
@@ -163,7 +163,8 @@ TEST_CASE("a region formatted by a newer pcached is refused", "[cache][attach][b
   write_superblock(files.region.path(), sb, {0, 1});
   const auto before = read_file(files.region.path());
   expect_refusal(maybe_calibrating(files.options(), GENERATE(false, true)),
-                 "was written by a newer pcached; this build reads version 3; upgrade pcached");
+                 "was written by a newer pcached; this build reads version " + std::to_string(format::kFormatVersion) +
+                     "; upgrade pcached");
   CHECK((read_file(files.region.path()) == before));  // parenthesised: no dump of both images
 }
 

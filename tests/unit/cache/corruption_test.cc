@@ -48,8 +48,8 @@ format::Superblock superblock_of(const std::string& path) {
 format::CurrentControl control_of(const std::string& path, uint32_t salt) {
   Result<format::ControlArea> slots[2] = {Status::error(EIO, ""), Status::error(EIO, "")};
   for (unsigned i = 0; i < 2; ++i) {
-    const auto bytes = read_at(path, format::kControlOffsets[i], format::kControlSize);
-    slots[i] = format::decode_control_area(std::span<const std::byte, format::kControlSize>(bytes.data(), bytes.size()), salt);
+    const auto bytes = read_at(path, format::kControlOffsets[i], format::kControlSlotBytes);
+    slots[i] = format::decode_control_area(std::span<const std::byte, format::kControlSlotBytes>(bytes.data(), bytes.size()), salt);
   }
   return format::pick_current_control(slots[0], slots[1]).value();
 }
@@ -337,13 +337,7 @@ TEST_CASE("bad blocks in both control slots or in the journal: refused by name, 
 TEST_CASE("bad dirty data fails its reads with EIO, before and after writeback, never serving older data",
           "[cache][badblocks]") {
   CacheFiles files(kRegionBytes, kBackingBytes);
-  // The backing device holds an older version of sectors 0..7 (write id 99).
-  {
-    const auto old_data = pattern(99, 0, 8);
-    const int fd = ::open(files.backing.path().c_str(), O_WRONLY);
-    REQUIRE(::pwrite(fd, old_data.data(), old_data.size(), 0) == static_cast<ssize_t>(old_data.size()));
-    ::close(fd);
-  }
+  write_file_at(files.backing.path(), 0, pattern(99, 0, 8));  // an older version of sectors 0..7
   make_dirty_cache(files);
   auto opened = try_open(with_bad_block(files, first_write_location(files) & ~uint64_t{4095}));
   REQUIRE(opened.ok());
@@ -370,6 +364,106 @@ TEST_CASE("bad dirty data fails its reads with EIO, before and after writeback, 
   CHECK(decode_sector(buffer.data(), 0) == 500);
   queue.reset();
   cache.abandon();
+}
+
+TEST_CASE("dirty data lost to a media error keeps failing its reads after a crash, a restart or a clean detach, "
+          "until it is written again",
+          "[cache][badblocks]") {
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  write_file_at(files.backing.path(), 0, pattern(99, 0, 8));  // an older version of sectors 0..7
+  make_dirty_cache(files);
+  const cache::CacheOptions bad = with_bad_block(files, first_write_location(files) & ~uint64_t{4095});
+  const uint32_t salt = superblock_of(files.region.path()).salt();
+  std::vector<std::byte> buffer(8 * kSector);
+  {
+    auto cache = try_open(bad);
+    REQUIRE(cache.ok());
+    REQUIRE(cache.value()->flush_all().ok());  // the horizon passes the lost key
+    CHECK(cache.value()->stats().writeback_lost_bytes == 8 * kSector);
+    cache.value()->abandon();  // a crash
+  }
+  const format::ControlArea control = control_of(files.region.path(), salt).control;
+  REQUIRE(control.lost.size() == 1);
+  CHECK(control.lost[0].sector == 0);
+  CHECK(control.lost[0].sectors == 8);
+  CHECK(control.lost[0].seq < control.clean_horizon);  // replay no longer sees the key
+
+  // With the media error still there, and once it is cleared (the segment is free now and may be
+  // reused): never the backing device's older data.
+  for (const cache::CacheOptions& options : {bad, files.options()}) {
+    auto cache = try_open(options);
+    REQUIRE(cache.ok());
+    {
+      auto queue = make_queue(*cache.value());
+      CHECK(queue->read(0, 8, buffer.data()) == -EIO);
+      CHECK(queue->read(4, 1, buffer.data()) == -EIO);
+      REQUIRE(queue->read(8, 8, buffer.data()) == 8 * 512);  // the sectors next to them are fine
+      CHECK(decode_sector(buffer.data(), 8) == 0);
+    }
+    cache.value()->abandon();
+  }
+  {
+    // Writearound sends writes straight to the device, but not over lost data: the control area
+    // still lists it, and only a key newer than the loss wins over that after a crash.
+    auto cache = try_open(files.options());
+    REQUIRE(cache.ok());
+    REQUIRE(cache.value()->set("mode", "writearound").ok());
+    {
+      auto queue = make_queue(*cache.value());
+      REQUIRE(queue->write(0, 2, pattern(400, 0, 2).data()) == 2 * 512);
+    }
+    cache.value()->abandon();
+  }
+  {
+    auto cache = try_open(files.options());
+    REQUIRE(cache.ok());
+    {
+      auto queue = make_queue(*cache.value());
+      REQUIRE(queue->read(0, 2, buffer.data()) == 2 * 512);
+      CHECK(decode_sector(buffer.data(), 0) == 400);
+      CHECK(decode_sector(buffer.data() + kSector, 1) == 400);
+      CHECK(queue->read(2, 6, buffer.data()) == -EIO);
+    }
+    cache.value()->abandon();
+  }
+  {
+    // A clean detach keeps the list; a write over part of the sectors clears just those.
+    auto cache = try_open(files.options());
+    REQUIRE(cache.ok());
+    {
+      auto queue = make_queue(*cache.value());
+      const auto fresh = pattern(500, 0, 4);
+      REQUIRE(queue->write(0, 4, fresh.data()) == 4 * 512);
+    }
+    REQUIRE(cache.value()->detach(false).ok());
+  }
+  const format::ControlArea after_detach = control_of(files.region.path(), salt).control;
+  REQUIRE(after_detach.lost.size() == 1);
+  CHECK(after_detach.lost[0].sector == 4);
+  CHECK(after_detach.lost[0].sectors == 4);
+  {
+    auto cache = try_open(files.options());
+    REQUIRE(cache.ok());
+    {
+      auto queue = make_queue(*cache.value());
+      REQUIRE(queue->read(0, 4, buffer.data()) == 4 * 512);
+      for (uint32_t s = 0; s < 4; ++s) CHECK(decode_sector(buffer.data() + s * kSector, s) == 500);
+      CHECK(queue->read(4, 4, buffer.data()) == -EIO);
+      const auto fresh = pattern(501, 4, 4);
+      REQUIRE(queue->write(4, 4, fresh.data()) == 4 * 512);
+    }
+    REQUIRE(cache.value()->flush_all().ok());
+    cache.value()->abandon();
+  }
+  CHECK(control_of(files.region.path(), salt).control.lost.empty());
+  auto cache = try_open(files.options());
+  REQUIRE(cache.ok());
+  {
+    auto queue = make_queue(*cache.value());
+    REQUIRE(queue->read(0, 8, buffer.data()) == 8 * 512);
+    for (uint32_t s = 0; s < 8; ++s) CHECK(decode_sector(buffer.data() + s * kSector, s) == (s < 4 ? 500u : 501u));
+  }
+  cache.value()->abandon();
 }
 
 TEST_CASE("a free segment with a bad block is retired and never written", "[cache][badblocks][model]") {

@@ -10,6 +10,7 @@
 #include "format/control_area.h"
 #include "format/crc32c.h"
 #include "format/data_hash.h"
+#include "format/endian.h"
 #include "format/key_set.h"
 #include "format/segment_header.h"
 #include "format/superblock.h"
@@ -113,14 +114,17 @@ TEST_CASE("the control area round-trips, is salted, and the newer valid slot win
   a.flags = ControlArea::kCleanShutdown;
   a.journals[0] = {12, 3};
   a.journals[5] = {40, 9};
+  a.lost = {{64, 8, 90}, {1000, 1, 120}};
   const uint32_t salt = 0xC0FFEE;
-  std::array<std::byte, kControlSize> bytes;
-  encode_control_area(a, salt, bytes);
+  std::array<std::byte, kControlSlotBytes> bytes;
+  const size_t used = encode_control_area(a, salt, bytes);
+  CHECK(used == kControlSize + 2 * kLostRangeSize);
   REQUIRE(decode_control_area(bytes, salt).ok());
   CHECK(decode_control_area(bytes, salt).value() == a);
   CHECK_FALSE(decode_control_area(bytes, salt + 1).ok());  // another format's control area
 
-  for (size_t i = 0; i < bytes.size(); ++i) {
+  // Every byte in use is checked, the lost ranges too (a slot torn there is refused whole).
+  for (size_t i = 0; i < used; ++i) {
     auto copy = bytes;
     copy[i] ^= std::byte{1};
     INFO("byte " << i);
@@ -140,6 +144,45 @@ TEST_CASE("the control area round-trips, is salted, and the newer valid slot win
   auto neither = pick_current_control(broken, broken);
   REQUIRE_FALSE(neither.ok());
   CHECK(neither.status().message().find("both slots are damaged") != std::string::npos);
+}
+
+TEST_CASE("a control slot of version 3 reads with no lost ranges; a bad list of lost ranges is refused",
+          "[format][control]") {
+  const uint32_t salt = 0xC0FFEE;
+  ControlArea control;
+  control.clean_horizon = 100;
+  control.next_seq = 150;
+  control.journals[0] = {12, 3};
+  std::array<std::byte, kControlSlotBytes> bytes{};
+  // What version 3 wrote: its 560 bytes with bytes 40-47 reserved (zero), anything after them.
+  encode_control_area(control, salt, bytes);
+  std::fill(bytes.begin() + kControlSize, bytes.end(), std::byte{0xA5});
+  store_le<uint32_t>(bytes.data() + 8, 3);
+  store_le<uint32_t>(bytes.data() + 4, crc32c_skipping_field(salt, bytes.data(), kControlSize, 4));
+  auto old = decode_control_area(bytes, salt);
+  REQUIRE(old.ok());
+  CHECK(old->lost.empty());
+  CHECK(old->journals[0] == JournalHead{12, 3});
+
+  auto refused = [&](std::vector<LostRange> lost) {
+    ControlArea bad = control;
+    bad.lost = std::move(lost);
+    encode_control_area(bad, salt, bytes);
+    auto decoded = decode_control_area(bytes, salt);
+    REQUIRE_FALSE(decoded.ok());
+    CHECK(decoded.status().code() == EBADMSG);
+    return decoded.status().message();
+  };
+  CHECK(refused({{10, 0, 5}}).find("empty") != std::string::npos);
+  CHECK(refused({{10, 8, 5}, {12, 8, 6}}).find("overlaps") != std::string::npos);
+  CHECK(refused({{20, 8, 5}, {10, 8, 6}}).find("out of order") != std::string::npos);
+  CHECK(refused({{10, 8, 150}}).find("never numbered") != std::string::npos);
+  CHECK(refused({{UINT64_MAX - 2, 8, 5}}).find("wraps") != std::string::npos);
+  // A count above the bound (the slot holds no more).
+  encode_control_area(control, salt, bytes);
+  store_le<uint32_t>(bytes.data() + 40, kMaxLostRanges + 1);
+  store_le<uint32_t>(bytes.data() + 4, crc32c_skipping_field(salt, bytes.data(), kControlSize, 4));
+  CHECK(decode_control_area(bytes, salt).status().message().find("more than") != std::string::npos);
 }
 
 TEST_CASE("segment headers round-trip and reject damage", "[format][segment]") {
