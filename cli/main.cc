@@ -80,8 +80,13 @@ void print_status(const json& s) {
     std::printf("  writeback   %s written, %s errors%s%s\n", format_size(wb["bytes"].get<uint64_t>()).c_str(),
                 wb["errors"].dump().c_str(), wb["stalled"].get<bool>() ? ", STALLED (retrying)" : "",
                 wb["eager"].get<bool>() ? ", eager (above the high watermark)" : "");
-    if (wb.value("lost_bytes", uint64_t{0}) != 0) {
-      std::printf("  LOST        %s of dirty data unreadable on pmem (media error); reads there fail with EIO\n",
+    const json lost = s.value("lost", json::object());
+    if (lost.value("ranges", uint64_t{0}) != 0) {
+      std::printf("  LOST        %s of dirty data in %s range(s) destroyed by pmem media errors before writeback; reads "
+                  "there fail with EIO until they are written again\n",
+                  format_size(lost.value("bytes", uint64_t{0})).c_str(), lost["ranges"].dump().c_str());
+    } else if (wb.value("lost_bytes", uint64_t{0}) != 0) {
+      std::printf("  LOST        %s of dirty data unreadable on pmem (media error), written over since\n",
                   format_size(wb["lost_bytes"].get<uint64_t>()).c_str());
     }
     const json& fills = s["fills"];

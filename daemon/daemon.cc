@@ -282,6 +282,7 @@ nlohmann::json Daemon::describe(const Managed& managed, bool detailed) const {
   doc["segments"] = {{"total", s.segments_total}, {"size_bytes", s.segment_bytes}, {"free", s.segments_free}, {"data", s.segments_data},
                      {"journal", s.segments_journal}, {"bad", s.segments_bad}};
   doc["badblocks"] = {{"ranges", s.bad_ranges}, {"bytes", s.bad_bytes}};
+  doc["lost"] = {{"ranges", s.lost_ranges}, {"bytes", s.lost_bytes}};
   doc["reads"] = {{"total", s.reads}, {"hits", s.read_hits}, {"partial_hits", s.read_partial_hits},
                   {"misses", s.read_misses}, {"bytes", s.read_bytes}};
   doc["writes"] = {{"total", s.writes}, {"bytes", s.write_bytes}, {"discards", s.discards},

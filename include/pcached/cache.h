@@ -114,8 +114,11 @@ struct CacheStats {
   uint32_t segments_total = 0, segments_free = 0, segments_data = 0, segments_journal = 0, segments_bad = 0;
   // Known bad blocks of the region: reported by the platform at open, or found by a read since.
   uint64_t bad_ranges = 0, bad_bytes = 0;
-  // Dirty bytes writeback could not write back: their only copy hit a media error.
+  // Dirty bytes writeback could not write back: their only copy hit a media error (this run).
   uint64_t writeback_lost_bytes = 0;
+  // What of such data is still lost, from this run or earlier ones (the control area's list):
+  // reads of it fail with EIO until it is written again.
+  uint64_t lost_ranges = 0, lost_bytes = 0;
   uint64_t clean_horizon = 0, next_seq = 0;
 
   uint64_t reads = 0, read_hits = 0, read_partial_hits = 0, read_misses = 0, read_bytes = 0;

@@ -474,6 +474,10 @@ CacheStats Engine::stats() const {
   s.cached_bytes = index_.cached_sectors() * format::kSectorSize;
   s.clean_horizon = clean_horizon_.load();
   s.next_seq = next_seq_.load();
+  for (const format::LostRange& range : control_->current().lost) {
+    ++s.lost_ranges;
+    s.lost_bytes += uint64_t{range.sectors} * format::kSectorSize;
+  }
   s.dirty_bytes = index_.sectors_at_or_above(s.clean_horizon) * format::kSectorSize;
   s.extents = index_.extents();
   s.index_bytes = index_.memory_bytes();

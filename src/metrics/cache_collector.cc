@@ -150,6 +150,10 @@ std::vector<MetricFamily> cache_families(const std::vector<CacheSample>& caches)
   counter("pcached_writeback_lost_bytes_total",
           "Dirty bytes that could not be written back: their only copy hit a pmem media error.",
           [](const S& s) { return s.writeback_lost_bytes; });
+  gauge("pcached_lost_ranges",
+        "Ranges of dirty data lost to pmem media errors before writeback, this run or earlier; their reads fail.",
+        [](const S& s) { return s.lost_ranges; });
+  gauge("pcached_lost_bytes", "Bytes in pcached_lost_ranges.", [](const S& s) { return s.lost_bytes; });
   gauge("pcached_writeback_stalled", "1 while writeback keeps failing and retries with backoff.",
         [](const S& s) { return s.writeback_stalled ? 1 : 0; });
   gauge("pcached_volatile_writeback",

@@ -393,6 +393,8 @@ TEST_CASE("dirty data lost to a media error keeps failing its reads after a cras
   for (const cache::CacheOptions& options : {bad, files.options()}) {
     auto cache = try_open(options);
     REQUIRE(cache.ok());
+    CHECK(cache.value()->stats().lost_ranges == 1);
+    CHECK(cache.value()->stats().lost_bytes == 8 * kSector);
     {
       auto queue = make_queue(*cache.value());
       CHECK(queue->read(0, 8, buffer.data()) == -EIO);

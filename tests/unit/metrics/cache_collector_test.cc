@@ -15,6 +15,8 @@ TEST_CASE("cache statistics become labelled Prometheus metrics", "[metrics]") {
   sample.stats.dirty_bytes = 4096;
   sample.stats.segments_free = 7;
   sample.stats.writeback_stalled = true;
+  sample.stats.lost_ranges = 2;
+  sample.stats.lost_bytes = 12288;
   sample.stats.latency[static_cast<size_t>(cache::Op::Write)].counts[3] = 4;  // (4, 8] µs
   sample.stats.latency[static_cast<size_t>(cache::Op::Write)].count = 4;
   sample.stats.copies[0][3] = 9;  // nt, 4 KiB
@@ -62,6 +64,8 @@ TEST_CASE("cache statistics become labelled Prometheus metrics", "[metrics]") {
            R"(pcached_cache_mode{cache="db",device="/dev/ublkb0",mode="writeback"} 1)",
            R"(pcached_segments{cache="db",device="/dev/ublkb0",state="bad"} 2)",
            R"(pcached_pmem_bad_bytes{cache="db",device="/dev/ublkb0"} 8192)",
+           R"(pcached_lost_ranges{cache="db",device="/dev/ublkb0"} 2)",
+           R"(pcached_lost_bytes{cache="db",device="/dev/ublkb0"} 12288)",
        }) {
     CHECK(text.find(line) != std::string::npos);
   }
