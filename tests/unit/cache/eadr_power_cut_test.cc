@@ -10,6 +10,7 @@
 #include "format/layout.h"
 #include "pmem/persistence_simulator.h"
 #include "support/cache_fixture.h"
+#include "support/test_scale.h"
 
 using namespace pcached;
 using namespace pcached::testing;
@@ -120,7 +121,9 @@ TEST_CASE("power cuts on eADR with flushless copies lose no acknowledged write",
   };
   arm();
   uint64_t id = 1;
-  while (cuts < 120) {
+  // Fewer under ThreadSanitizer (PCACHED_TEST_SCALE), where each check takes ten times as long.
+  const unsigned cut_count = std::max(30u, scaled(120));
+  while (cuts < cut_count) {
     const uint64_t sector = rng() % (kSectors - 64);
     const auto sectors = static_cast<uint32_t>(1 + rng() % 64);
     const auto data = pattern(id, sector, sectors);
