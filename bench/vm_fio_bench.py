@@ -39,9 +39,17 @@ JOBS = [  # name, fio arguments
 GUEST = r"""
 . /guest_lib.sh
 ndctl disable-region all >/dev/null; ndctl init-labels -f all >/dev/null; ndctl enable-region all >/dev/null
-ndctl create-namespace -r region0 -m devdax -s 384M >/dev/null
+# Every page of both namespaces is written once before the first round: the NVDIMM's backing file
+# is sparse on the host, so the first store to a page costs the host a page fault and a zeroed
+# page. A log-structured cache spreads its first writes over the whole region, where dm-writecache
+# overwrites its blocks in place, so unwarmed pages cost pcached's first round the most (4 KiB
+# random writes at QD16: 14.7k IOPS cold against 27.5k warm in one measurement).
 ndctl create-namespace -r region0 -m fsdax -s 384M >/dev/null
+ndctl create-namespace -r region0 -m fsdax -s 384M >/dev/null
+for namespace in /dev/pmem0*; do dd if=/dev/zero of=$namespace bs=1M oflag=direct 2>/dev/null || true; done
+ndctl create-namespace -f -e namespace0.0 -m devdax >/dev/null
 pmem=$(ls /dev/pmem0* | head -1)
+[ -c /dev/dax0.0 ] && [ -b "$pmem" ] || { echo "namespaces: expected /dev/dax0.0 and an fsdax /dev/pmem0.N"; exit 1; }
 modprobe_null() { [ -b /dev/nullb0 ] || insmod /lib/modules/null_blk.ko nr_devices=1 >/dev/null 2>&1 || true; }
 modprobe_null
 start_daemon
