@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <mutex>
+#include <vector>
 
 #include "format/control_area.h"
 #include "format/superblock.h"
@@ -21,6 +22,12 @@ class ControlStore {
   format::ControlArea current() const {
     std::lock_guard lock(mutex_);
     return current_;
+  }
+
+  // The lost ranges alone, for those that need nothing else (no copy of the whole area).
+  std::vector<format::LostRange> lost() const {
+    std::lock_guard lock(mutex_);
+    return current_.lost;
   }
 
   // Applies change to a copy of the current state and makes it durable before returning. Both

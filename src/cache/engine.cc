@@ -474,7 +474,7 @@ CacheStats Engine::stats() const {
   s.cached_bytes = index_.cached_sectors() * format::kSectorSize;
   s.clean_horizon = clean_horizon_.load();
   s.next_seq = next_seq_.load();
-  for (const format::LostRange& range : control_->current().lost) {
+  for (const format::LostRange& range : control_->lost()) {
     ++s.lost_ranges;
     s.lost_bytes += uint64_t{range.sectors} * format::kSectorSize;
   }

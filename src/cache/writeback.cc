@@ -475,7 +475,7 @@ void Writeback::record_lost() {
     control.lost = add_lost_ranges(control.lost, newly_lost_);
     control.next_seq = std::max(control.next_seq, next);  // every key in the list is numbered below it
   });
-  if (engine_.control_->current().lost.size() == format::kMaxLostRanges) {
+  if (engine_.control_->lost().size() == format::kMaxLostRanges) {
     spdlog::error("cache on {}: dirty data lost to media errors in {} ranges or more: the closest ranges are merged, "
                   "and after a restart the sectors between them fail their reads too",
                   engine_.options_.region_path, format::kMaxLostRanges);
@@ -489,7 +489,7 @@ void Writeback::advance_horizon() {
   const uint64_t next = engine_.next_seq_.load();
   // Lost sectors written again since (or discarded) need no error any more. (Only this thread
   // changes the list.)
-  const std::vector<format::LostRange> lost = engine_.control_->current().lost;
+  const std::vector<format::LostRange> lost = engine_.control_->lost();
   std::optional<std::vector<format::LostRange>> remaining;
   if (!lost.empty()) remaining = still_lost(engine_.index_, lost);
   engine_.control_->update(writer_, [&](format::ControlArea& control) {

@@ -1,6 +1,7 @@
 #include "format/control_area.h"
 
 #include <algorithm>
+#include <cassert>
 #include <string>
 
 #include "format/crc32c.h"
@@ -25,7 +26,8 @@ uint32_t lost_checksum(const std::byte* table, size_t count, uint32_t salt) {
 }  // namespace
 
 size_t encode_control_area(const ControlArea& control, uint32_t salt, std::span<std::byte, kControlSlotBytes> out) {
-  const size_t count = std::min(control.lost.size(), kMaxLostRanges);
+  assert(control.lost.size() <= kMaxLostRanges);
+  const size_t count = control.lost.size();
   const size_t used = kControlSize + count * kLostRangeSize;
   std::fill(out.begin(), out.begin() + static_cast<ptrdiff_t>(used), std::byte{0});
   FieldWriter table(out.data() + kControlSize);

@@ -51,6 +51,8 @@ struct ControlArea {
 };
 
 // Encodes into a whole slot; returns how many of its bytes are used (the rest is not read back).
+// control.lost holds at most kMaxLostRanges: callers merge a longer list down first
+// (cache/lost_ranges.h), since dropping a range would let its sectors read older data.
 size_t encode_control_area(const ControlArea& control, uint32_t salt, std::span<std::byte, kControlSlotBytes> out);
 Result<ControlArea> decode_control_area(std::span<const std::byte, kControlSlotBytes> in, uint32_t salt);
 

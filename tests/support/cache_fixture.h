@@ -7,6 +7,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <vector>
 
@@ -167,7 +168,7 @@ inline void write_file(const std::string& path, const std::vector<std::byte>& by
 }
 
 // Writes bytes at offset into an existing file (a backing device image, say), leaving the rest.
-inline void write_file_at(const std::string& path, uint64_t offset, const std::vector<std::byte>& bytes) {
+inline void write_file_at(const std::string& path, uint64_t offset, std::span<const std::byte> bytes) {
   std::fstream out(path, std::ios::binary | std::ios::in | std::ios::out);
   out.seekp(static_cast<std::streamoff>(offset));
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));

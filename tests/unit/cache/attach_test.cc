@@ -1,6 +1,4 @@
 // Attaching and formatting: what is refused, with which message, and that refusing writes nothing.
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <random>
@@ -38,12 +36,7 @@ void expect_refusal(const cache::CacheOptions& options, const std::string& words
 void write_superblock(const std::string& region_path, const format::Superblock& sb, std::initializer_list<unsigned> copies) {
   std::array<std::byte, format::kSuperblockSize> encoded;
   format::encode_superblock(sb, encoded);
-  const int fd = ::open(region_path.c_str(), O_WRONLY);
-  REQUIRE(fd >= 0);
-  for (unsigned copy : copies) {
-    REQUIRE(::pwrite(fd, encoded.data(), encoded.size(), static_cast<off_t>(format::kSuperblockOffsets[copy])) == 256);
-  }
-  ::close(fd);
+  for (unsigned copy : copies) write_file_at(region_path, format::kSuperblockOffsets[copy], encoded);
 }
 
 // Rewrites what this version wrote as version 1 wrote it: control slots saying version 1, the key
@@ -109,11 +102,7 @@ TEST_CASE("a region holding another program's data is refused without writing a 
   std::vector<std::byte> foreign(2 * MiB);
   std::mt19937_64 rng(3);
   for (auto& b : foreign) b = static_cast<std::byte>(rng());
-  {
-    const int fd = ::open(files.region.path().c_str(), O_WRONLY);
-    REQUIRE(::pwrite(fd, foreign.data(), foreign.size(), 0) == static_cast<ssize_t>(foreign.size()));
-    ::close(fd);
-  }
+  write_file_at(files.region.path(), 0, foreign);
   const auto before = read_file(files.region.path());
   expect_refusal(maybe_calibrating(files.options(), calibrate), "holds data that is not a pcached cache; nothing was written");
   CHECK((read_file(files.region.path()) == before));  // parenthesised: no dump of both images

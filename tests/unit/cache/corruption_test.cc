@@ -140,12 +140,7 @@ TEST_CASE("superblocks with a good checksum over impossible fields are damage, n
   sb.segment_count = 100000;
   std::array<std::byte, format::kSuperblockSize> bytes;
   format::encode_superblock(sb, bytes);
-  const int fd = ::open(files.region.path().c_str(), O_RDWR);
-  REQUIRE(fd >= 0);
-  for (uint64_t offset : format::kSuperblockOffsets) {
-    REQUIRE(::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(offset)) == static_cast<ssize_t>(bytes.size()));
-  }
-  ::close(fd);
+  for (uint64_t offset : format::kSuperblockOffsets) write_file_at(files.region.path(), offset, bytes);
   auto cache = try_open(files.options());
   REQUIRE_FALSE(cache.ok());
   INFO(cache.status().message());
@@ -222,11 +217,7 @@ TEST_CASE("a journal whose link leads back into it is refused, not replayed fore
   }
   std::array<std::byte, format::encoded_key_set_size(0)> link;
   format::encode_link(head.segment, head.generation, head.generation, sb.salt(), link);
-  const int fd = ::open(files.region.path().c_str(), O_RDWR);
-  REQUIRE(fd >= 0);
-  REQUIRE(::pwrite(fd, link.data(), link.size(), static_cast<off_t>(key_set_offset(sb, control, 20))) ==
-          static_cast<ssize_t>(link.size()));
-  ::close(fd);
+  write_file_at(files.region.path(), key_set_offset(sb, control, 20), link);
   auto cache = try_open(files.options());
   REQUIRE_FALSE(cache.ok());
   INFO(cache.status().message());
@@ -250,10 +241,7 @@ TEST_CASE("a key beyond the end of the backing device is refused", "[cache][corr
   keys[0].sector = kBackingBytes / kSector - 4;  // its 8 sectors straddle the end
   std::array<std::byte, format::encoded_key_set_size(1)> encoded;
   format::encode_keys(keys, head.generation, sb.salt(), encoded);
-  const int fd = ::open(files.region.path().c_str(), O_RDWR);
-  REQUIRE(fd >= 0);
-  REQUIRE(::pwrite(fd, encoded.data(), encoded.size(), static_cast<off_t>(offset)) == static_cast<ssize_t>(encoded.size()));
-  ::close(fd);
+  write_file_at(files.region.path(), offset, encoded);
   auto cache = try_open(files.options());
   REQUIRE_FALSE(cache.ok());
   INFO(cache.status().message());
