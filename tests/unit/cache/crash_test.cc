@@ -383,26 +383,34 @@ TEST_CASE("power cuts lose no acknowledged operation while writeback and GC run"
   CHECK(stats.gc_index_searches == 0);  // each run found its victims' data through their contents lists
 }
 
+using PowerCutCheck = std::function<void(const std::vector<std::byte>& image, uint64_t seed)>;
+
+// Hands `check` the images of `count` power cuts of the simulator's present state, numbered on
+// from `seed`: odd seeds keep each line not yet durable whole with probability `keep_whole`, even
+// ones keep every such line but torn at 8-byte granularity.
+void cut_power(pmem::PersistenceSimulator& simulator, uint64_t& seed, unsigned count, double keep_whole,
+               const PowerCutCheck& check) {
+  for (unsigned i = 0; i < count; ++i) {
+    pmem::PersistenceSimulator::PowerCut cut;
+    cut.seed = ++seed;
+    cut.tear_words = cut.seed % 2 == 0;
+    cut.keep_unpersisted = cut.tear_words ? 1.0 : keep_whole;
+    check(simulator.image_after_power_cut(cut), cut.seed);
+  }
+}
+
 // Forwards to a persistence simulator and, while armed, hands the images power cuts just before
 // each fence would leave to a check: several per fence, alternately keeping every line not yet
-// durable torn at 8-byte granularity, and keeping nearly all of them whole (so that a record of
-// many lines can land whole while another one does not).
+// durable torn, and keeping nearly all of them whole (so that a record of many lines can land
+// whole while another one does not).
 class CutAtEachFence final : public pmem::PersistObserver {
  public:
-  using Check = std::function<void(const std::vector<std::byte>& image, uint64_t seed)>;
+  using Check = PowerCutCheck;
   explicit CutAtEachFence(pmem::PersistenceSimulator& simulator) : simulator_(simulator) {}
   void on_store(uint64_t offset, size_t len, pmem::StoreKind kind) override { simulator_.on_store(offset, len, kind); }
   void on_flush(uint64_t offset, size_t len) override { simulator_.on_flush(offset, len); }
   void on_fence() override {
-    if (check_) {
-      for (unsigned i = 0; i < cuts_per_fence_; ++i) {
-        pmem::PersistenceSimulator::PowerCut cut;
-        cut.seed = ++seed_;
-        cut.tear_words = cut.seed % 2 == 0;
-        cut.keep_unpersisted = cut.tear_words ? 1.0 : 0.98;
-        check_(simulator_.image_after_power_cut(cut), cut.seed);
-      }
-    }
+    if (check_) cut_power(simulator_, seed_, cuts_per_fence_, 0.98, check_);
     simulator_.on_fence();
   }
   void arm(Check check, unsigned cuts_per_fence) {
@@ -523,7 +531,7 @@ TEST_CASE("a power cut while a batch's key sets cross into a new journal segment
 class CutAtGcFences final : public pmem::PersistObserver {
  public:
   enum class Mode { Off, Sample, AfterHeaders };
-  using Check = std::function<void(const std::vector<std::byte>& image, uint64_t seed)>;
+  using Check = PowerCutCheck;
   CutAtGcFences(pmem::PersistenceSimulator& simulator, uint64_t data_start, uint64_t segment_size)
       : simulator_(simulator), data_start_(data_start), segment_size_(segment_size) {}
   void on_store(uint64_t offset, size_t len, pmem::StoreKind kind) override {
@@ -540,14 +548,8 @@ class CutAtGcFences final : public pmem::PersistObserver {
       const bool cut = (mode_ == Mode::Sample && ++fences_ % every_ == 0) ||
                        (mode_ == Mode::AfterHeaders && fences_to_cut_ > 0 && fences_to_cut_-- > 0);
       if (cut && cuts_ < max_cuts_) {
-        for (const bool torn : {false, true}) {
-          pmem::PersistenceSimulator::PowerCut power_cut;
-          power_cut.seed = ++seed_;
-          power_cut.tear_words = torn;
-          power_cut.keep_unpersisted = torn ? 1.0 : 0.5;
-          check_(simulator_.image_after_power_cut(power_cut), power_cut.seed);
-          ++cuts_;
-        }
+        cut_power(simulator_, seed_, 2, 0.5, check_);  // one of each kind
+        cuts_ += 2;
       }
     }
     simulator_.on_fence();
