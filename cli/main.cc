@@ -45,8 +45,10 @@ void print_list(const json& result) {
 }
 
 void print_status(const json& s) {
-  // "running, flush in progress" while a flush or remove writes back.
-  const std::string state = text(s, "state") + (s.contains("operation") ? ", " + text(s, "operation") + " in progress" : "");
+  // "running, flush in progress" while a flush or remove writes back; "removing" once a remove
+  // has stopped the device and detaches the cache.
+  const bool in_progress = s.contains("operation") && text(s, "state") != "removing";
+  const std::string state = text(s, "state") + (in_progress ? ", " + text(s, "operation") + " in progress" : "");
   std::printf("%s: %s (%s)\n", text(s, "name").c_str(), text(s, "device").c_str(), state.c_str());
   std::printf("  mode        %s\n", text(s, "mode").c_str());
   if (s.contains("persistence_domain")) {

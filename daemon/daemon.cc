@@ -178,7 +178,8 @@ Result<nlohmann::json> Daemon::add(const nlohmann::json& args) {
 
 Result<Daemon::Managed*> Daemon::find(const std::string& name_or_device) const {
   for (const auto& [name, managed] : caches_) {
-    if (name == name_or_device || (managed->device && managed->device->name() == name_or_device)) {
+    const std::string device = managed->device ? managed->device->name() : managed->removing_device;
+    if (name == name_or_device || (!device.empty() && device == name_or_device)) {
       return managed.get();
     }
   }
@@ -188,6 +189,7 @@ Result<Daemon::Managed*> Daemon::find(const std::string& name_or_device) const {
 Result<Daemon::Managed*> Daemon::find_running(const std::string& name_or_device) const {
   auto found = find(name_or_device);
   if (found.ok() && !found.value()->cache) {
+    if (Status busy = refuse_if_busy(*found.value()); !busy.ok()) return busy;  // being removed
     return Status::error(EIO, "cache '" + found.value()->config.name + "' is not running");
   }
   return found;
@@ -236,18 +238,39 @@ Result<nlohmann::json> Daemon::remove(const nlohmann::json& args, const Progress
                                  "to leave the dirty data on pmem)");
     }
   }
-  if (managed.device) {
-    if (Status status = managed.device->remove(); !status.ok()) return status;
-    managed.device.reset();
+  // Stopping the device waits for its I/O, and detaching writes back what reached the cache since:
+  // done without the mutex as well, the device and the cache out of the entry, so that status,
+  // list and metrics neither wait for them nor touch them meanwhile (the entry shows "removing").
+  managed.busy = "remove";
+  managed.removing_device = device;
+  std::unique_ptr<cache::Cache> cache = std::move(managed.cache);
+  std::unique_ptr<ExportedDevice> exported = std::move(managed.device);  // destroyed before the cache
+  auto give_back = [&] {  // with the lock held
+    managed.device = std::move(exported);
+    managed.cache = std::move(cache);
+    managed.busy.clear();
+    managed.removing_device.clear();
+  };
+  lock.unlock();
+  if (exported) {
+    if (Status status = exported->remove(); !status.ok()) {
+      lock.lock();
+      give_back();
+      return status;
+    }
+    exported.reset();
   }
   cache::CacheStats before{};
-  if (managed.cache) {
-    before = managed.cache->stats();
+  if (cache) {
+    before = cache->stats();
     // Invariant 8: every dirty sector goes to the backing device first, unless told otherwise.
-    if (Status status = managed.cache->detach(no_flush.value(), reporter(args, *managed.cache, progress)); !status.ok()) {
+    if (Status status = cache->detach(no_flush.value(), reporter(args, *cache, progress)); !status.ok()) {
+      lock.lock();
+      give_back();
       return status.with_context("cache " + name + " no longer exported as " + device + " but still holds dirty data");
     }
   }
+  lock.lock();
   caches_.erase(name);
   if (Status status = save(); !status.ok()) spdlog::error("{}", status.message());
   return nlohmann::json{{"name", name}, {"device", device}, {"written_back", !no_flush.value()},
@@ -256,10 +279,10 @@ Result<nlohmann::json> Daemon::remove(const nlohmann::json& args, const Progress
 
 nlohmann::json Daemon::describe(const Managed& managed, bool detailed) const {
   nlohmann::json doc = {{"name", managed.config.name},
-                        {"device", managed.device ? managed.device->name() : ""},
+                        {"device", managed.device ? managed.device->name() : managed.removing_device},
                         {"region", managed.config.region},
                         {"backing", managed.config.backing},
-                        {"state", managed.device ? "running" : "failed"}};
+                        {"state", managed.device ? "running" : managed.busy == "remove" ? "removing" : "failed"}};
   // A flush or remove writing back right now.
   if (!managed.busy.empty()) doc["operation"] = managed.busy;
   if (!managed.cache) return doc;

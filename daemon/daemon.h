@@ -61,6 +61,9 @@ class Daemon {
     // The write-back ("flush" or "remove") in progress, "" when none. It runs without the
     // daemon's mutex; while it does, nothing else may change or erase this entry.
     std::string busy;
+    // While a remove stops the device and detaches the cache (without the mutex), the two are
+    // out of the entry, in the remove's hands; what the device was called until then.
+    std::string removing_device;
   };
 
   explicit Daemon(const DaemonOptions& options) : options_(options) {}

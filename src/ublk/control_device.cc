@@ -80,6 +80,7 @@ Result<std::unique_ptr<ControlDevice>> ControlDevice::open(const std::string& pa
 }
 
 Result<int> ControlDevice::send(uint32_t command, ublksrv_ctrl_cmd cmd, std::chrono::seconds timeout) {
+  std::lock_guard lock(mutex_);
   Waiter waiter;
   io_uring_sqe* sqe = ring_->prepare(&waiter);
   sqe->opcode = IORING_OP_URING_CMD;

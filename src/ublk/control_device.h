@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -53,7 +54,9 @@ class ControlDevice {
   Result<int> command(uint32_t nr, const ublksrv_ctrl_cmd& cmd, const std::string& what);
 
   UniqueFd fd_;
-  std::unique_ptr<io::Ring> ring_;
+  // One command at a time: the daemon stops and deletes a device (remove) while it adds another.
+  std::mutex mutex_;
+  std::unique_ptr<io::Ring> ring_;  // guarded by mutex_
   uint64_t features_ = 0;
   bool ioctl_encoded_ = false;
 };

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -426,6 +427,51 @@ TEST_CASE("a flush does not hold up status, list, metrics or the other caches; t
   for (uint64_t i = 0; i < 4; ++i) CHECK(backing_holds(web, 20 + i, i * 2048, 256));
   CHECK_FALSE(d.ok("status", {{"name", "web"}}).contains("operation"));
   CHECK(d.ok("remove", {{"name", "web"}})["written_back"] == true);
+}
+
+TEST_CASE("a remove does not hold up status, list or metrics while it detaches the cache and writes back what came meanwhile",
+          "[daemon][in-process]") {
+  CacheFiles web(kRegionBytes, kBackingBytes), db(kRegionBytes, kBackingBytes);
+  DaemonUnderTest d;
+  d.ok("add", held_dirty(add_args(web, "web")));
+  d.ok("add", add_args(db, "db"));
+  // Every writeback submission to web's backing file waits 1.5 s.
+  REQUIRE(dirty_on_slow_device(d, "web", 40, 4, 1'500'000).ok());  // (they go with the cache)
+  // At the first progress report the remove is writing back (the device still serves): a write
+  // arrives then, after what the write-back waits for, so that detaching writes it back, as slowly.
+  // Every report asks for the status on the way.
+  bool wrote = false;
+  std::vector<json> seen;
+  const auto removed = d.call("remove", {{"name", "web"}, {"progress", true}}, [&](const json&) {
+    if (!wrote) {
+      write_pattern(*d.queue("web"), 50, 8192, 256);  // the queue is released at once
+      wrote = true;
+    }
+    // Reports queue up on the way to us: a late one may find the remove done, and the cache gone.
+    auto status = d.call("status", {{"name", "web"}});
+    if (!status.ok()) {
+      CHECK(error_of(status) == ENOENT);
+      return;
+    }
+    seen.push_back(status.value());
+    if (status.value()["state"] == "removing") {
+      CHECK(d.ok("list")["caches"].size() == 2);
+      CHECK(d.daemon().samples().size() == 1);  // db's; web's cache is being detached
+      const auto refused = d.call("flush", {{"name", "web"}});
+      CHECK(error_of(refused) == EBUSY);
+      CHECK_THAT(message_of(refused), Catch::Contains("cache 'web' is busy: a remove"));
+    }
+  });
+  REQUIRE(removed.ok());
+  CHECK(removed.value()["written_back"] == true);
+  REQUIRE(wrote);
+  const auto removing = std::find_if(seen.begin(), seen.end(), [](const json& s) { return s["state"] == "removing"; });
+  REQUIRE(removing != seen.end());
+  CHECK((*removing)["device"] == "inproc0");
+  CHECK((*removing)["operation"] == "remove");
+  for (uint64_t i = 0; i < 4; ++i) CHECK(backing_holds(web, 40 + i, i * 2048, 256));
+  CHECK(backing_holds(web, 50, 8192, 256));
+  CHECK(d.ok("list")["caches"].size() == 1);
 }
 
 TEST_CASE("a daemon that is exiting interrupts the flush in progress and refuses new ones; the data stays on pmem",
