@@ -27,7 +27,7 @@ uint32_t lost_checksum(const std::byte* table, size_t count, uint32_t salt) {
 
 size_t encode_control_area(const ControlArea& control, uint32_t salt, std::span<std::byte, kControlSlotBytes> out) {
   assert(control.lost.size() <= kMaxLostRanges);
-  const size_t count = control.lost.size();
+  const size_t count = std::min(control.lost.size(), kMaxLostRanges);  // the slot's bound, with NDEBUG too
   const size_t used = kControlSize + count * kLostRangeSize;
   std::fill(out.begin(), out.begin() + static_cast<ptrdiff_t>(used), std::byte{0});
   FieldWriter table(out.data() + kControlSize);
