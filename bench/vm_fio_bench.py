@@ -5,9 +5,9 @@ Figures are ratios against the references measured in the same boot; absolute nu
 swing with host load.
 
 pcached runs three times: with the defaults (one queue per guest CPU; the kernel maps one CPU to
-each, so queue affinity auto leaves the threads unbound), pinned (--queue-affinity kernel: each
-queue's thread bound to its one CPU, where fio's submitting thread shares it with the thread serving
-it), and with one queue.
+each, so queue affinity auto binds each queue's thread to the other CPU, away from fio's submitting
+thread), pinned (--queue-affinity kernel: each queue's thread bound to its one CPU, where fio's
+submitting thread shares it with the thread serving it), and with one queue.
 
 One more reference is a ublk device with nothing behind it (bench/ublk_null.cc: pcached's own ublk
 frontend, every request completed at once), with the defaults and pinned as pcached: the most any

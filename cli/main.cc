@@ -193,7 +193,8 @@ int main(int argc, char** argv) {
   add->add_option("--depth", depth, "queue depth")->check(CLI::Range(1, 4096))->capture_default_str();
   add->add_option("--queue-affinity", queue_affinity,
                   "kernel: bind each queue's thread to the CPUs the kernel maps to its queue; auto: the same "
-                  "where those are more than one CPU; none: let the scheduler place it")
+                  "where those are more than one CPU, to the other CPUs where it is one; none: let the "
+                  "scheduler place it")
       ->check(CLI::IsMember(ublk::queue_affinity_names()))
       ->capture_default_str();
   add->add_option("--queue-poll-us", queue_poll_us,

@@ -1,5 +1,8 @@
 #include "ublk/queue_affinity.h"
 
+#include <algorithm>
+#include <iterator>
+
 namespace pcached::ublk {
 
 namespace {
@@ -31,6 +34,16 @@ std::string queue_affinity_choices() {
     text += "'" + std::string(kQueueAffinityNames[i]) + "'";
   }
   return text;
+}
+
+std::vector<int> queue_thread_cpus(QueueAffinity affinity, const std::vector<int>& queue_cpus,
+                                   const std::vector<int>& allowed_cpus) {
+  if (affinity == QueueAffinity::None) return {};
+  if (affinity == QueueAffinity::Kernel || queue_cpus.size() != 1) return queue_cpus;
+  // Auto, a queue of one CPU: every other CPU the daemon may use (none: not bound).
+  std::vector<int> others;
+  std::ranges::copy_if(allowed_cpus, std::back_inserter(others), [&](int cpu) { return cpu != queue_cpus.front(); });
+  return others;
 }
 
 }  // namespace pcached::ublk

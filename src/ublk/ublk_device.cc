@@ -1,6 +1,8 @@
 #include "ublk/ublk_device.h"
 
 #include <fcntl.h>
+#include <fmt/ranges.h>
+#include <sched.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -13,6 +15,18 @@
 namespace pcached::ublk {
 
 namespace {
+
+// The CPUs this thread (and so the daemon, which set it up) may run on.
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
 
 ublk_params params_for(const cache::QueueTarget& target, uint32_t max_io_bytes) {
   ublk_params params{};
@@ -112,6 +126,7 @@ Status UblkDevice::open_char_device() {
 }
 
 Status UblkDevice::start_queues() {
+  const std::vector<int> allowed = allowed_cpus();
   for (uint16_t q = 0; q < info_.queues; ++q) {
     QueueSettings settings;
     settings.char_fd = char_fd_.get();
@@ -122,11 +137,11 @@ Status UblkDevice::start_queues() {
     settings.poll = threads_.poll;
     if (threads_.affinity != QueueAffinity::None) {
       if (auto cpus = control_.queue_affinity(info_.id, q); cpus.ok()) {
-        if (threads_.affinity == QueueAffinity::Kernel || cpus->size() > 1) {
-          settings.cpus = cpus.value();
-        } else if (cpus->size() == 1) {
-          spdlog::info("{}: queue {} is mapped to CPU {} alone; its thread is not bound there (queue affinity auto)",
-                       block_device(), q, cpus->front());
+        settings.cpus = queue_thread_cpus(threads_.affinity, cpus.value(), allowed);
+        if (threads_.affinity == QueueAffinity::Auto && cpus->size() == 1) {
+          spdlog::info("{}: queue {} is mapped to CPU {} alone; its thread runs on {} (queue affinity auto)",
+                       block_device(), q, cpus->front(),
+                       settings.cpus.empty() ? "any CPU" : fmt::format("CPUs {}", fmt::join(settings.cpus, ",")));
         }
       }
     }

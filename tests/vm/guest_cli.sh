@@ -59,8 +59,9 @@ pcached remove /dev/ublkb0
 test ! -e /dev/ublkb0
 pcached --json list | grep -q '"caches": \[\]'
 # Queue affinity: with --queue-affinity kernel each queue's thread is bound to the CPUs the kernel
-# maps to its queue (with two queues on the guest's two CPUs, one each); by default (auto) only
-# where those are more than one CPU, so here to none, as with --queue-affinity none.
+# maps to its queue (with two queues on the guest's two CPUs, one each); by default (auto) there
+# only where those are more than one CPU, and otherwise to the other CPUs: here each queue's
+# thread runs on the CPU that does not submit to it. With --queue-affinity none, anywhere.
 queue_cpus() {  # "pcached-qN <Cpus_allowed_list>" per queue thread of the daemon
   for task in /proc/$DAEMON_PID/task/*; do
     case $(cat $task/comm) in
@@ -81,10 +82,11 @@ check_affinity() {
   pcached remove $name
 }
 pinned=$(printf 'pcached-q0 0\npcached-q1 1')
+crossed=$(printf 'pcached-q0 1\npcached-q1 0')
 unbound=$(printf 'pcached-q0 0-1\npcached-q1 0-1')
 check_affinity pinned kernel "$pinned" '\[\[0\],\[1\]\]' --queues 2 --queue-affinity kernel
-check_affinity free auto "$unbound" '\[\[\],\[\]\]' --queues 2
-grep -q "queue 1 is mapped to CPU 1 alone; its thread is not bound there" /tmp/pcachedd.log
+check_affinity crossed auto "$crossed" '\[\[1\],\[0\]\]' --queues 2
+grep -q "queue 1 is mapped to CPU 1 alone; its thread runs on CPUs 0 (queue affinity auto)" /tmp/pcachedd.log
 check_affinity free none "$unbound" '\[\[\],\[\]\]' --queues 2 --queue-affinity none
 # One queue: the kernel maps both CPUs to it, and auto binds it there.
 check_affinity one auto "pcached-q0 0-1" '\[\[0,1\]\]' --queues 1
