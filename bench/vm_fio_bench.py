@@ -14,7 +14,11 @@ frontend, every request completed at once), with the defaults and pinned as pcac
 ublk server can do in this VM, so pcached/ublk-null is the share of it the cache engine leaves.
 
     bench/vm_fio_bench.py --pcachedd build/daemon/pcachedd --pcached build/cli/pcached \
-        [--ublk-null build/bench/pcached-ublk-null] [--json] [--rounds 3]
+        [--ublk-null build/bench/pcached-ublk-null] [--json] [--rounds 3 | --paired N]
+
+Between rounds the host's load moves each figure by tens of percent. --paired N measures the goal's
+jobs (4 KiB random writes at QD16 and QD32, cached 4 KiB random reads) against dm-writecache more
+tightly: both devices set up side by side, runs alternating between them, a ratio per pair.
 """
 import argparse
 import json
@@ -36,7 +40,7 @@ JOBS = [  # name, fio arguments
     ("seqwrite-1m", "--rw=write --bs=1m --iodepth=8"),
 ]
 
-GUEST = r"""
+SETUP = r"""
 . /guest_lib.sh
 ndctl disable-region all >/dev/null; ndctl init-labels -f all >/dev/null; ndctl enable-region all >/dev/null
 # Every page of both namespaces is written once before the first round: the NVDIMM's backing file
@@ -62,6 +66,9 @@ run_job() {  # target name job args
   echo "RESULT $target $job $r $w"
 }
 prefill() { fio --name=fill --filename=$1 --direct=1 --ioengine=libaio --rw=write --bs=1m --size=128M --iodepth=8 >/dev/null 2>&1; }
+"""
+
+ROUND_ROBIN = r"""
 for round in $(seq ROUNDS); do
   for target in TARGETS; do
     case $target in
@@ -99,6 +106,77 @@ JOBLINES
 done
 """
 
+# The goal's jobs, measured in pairs (--paired).
+PAIRED_JOBS = ["randwrite-4k-qd16", "randwrite-4k-qd32", "randread-4k-cached"]
+
+PAIRED = r"""
+# Both devices at once, each over its own half of the virtio disk (dm-linear), and runs of one job
+# alternating between them: the host's drift, which moves a single run by +-30 %, falls on both
+# runs of a pair alike. The order alternates from pair to pair (ABBA), so that neither side always
+# runs second. While dm-writecache runs, pcachedd is stopped (SIGSTOP): none of pcached's
+# background work (GC, writeback) lands in dm-writecache's time, so each side pays for its own.
+sectors=$(blockdev --getsz /dev/vda); half=$((sectors / 2))
+/sbin/dmsetup create back0 --noudevsync --table "0 $half linear /dev/vda 0"
+/sbin/dmsetup create back1 --noudevsync --table "0 $half linear /dev/vda $half"
+/sbin/dmsetup mknodes
+cache=$(pcached add --cache /dev/dax0.0 --backing /dev/mapper/back0 --format --force)
+dd if=/dev/zero of=$pmem bs=1M count=4 conv=fsync 2>/dev/null
+/sbin/dmsetup create wc --noudevsync --table "0 $half writecache p /dev/mapper/back1 $pmem 4096 0" || { dmesg | tail -5; exit 1; }
+/sbin/dmsetup mknodes wc
+[ -b "$cache" ] && [ -b /dev/mapper/wc ] || { echo "paired: no devices"; exit 1; }
+prefill $cache
+prefill /dev/mapper/wc
+daemon=$(pidof pcachedd)
+kill -STOP $daemon
+run_pair() {  # job fio-args
+  order="pcached writecache"; [ $((pair % 2)) = 0 ] && order="writecache pcached"
+  for target in $order; do
+    if [ $target = pcached ]; then
+      kill -CONT $daemon; run_job pcached $cache "$@"; kill -STOP $daemon
+    else
+      run_job writecache /dev/mapper/wc "$@"
+    fi
+  done
+}
+for pair in $(seq PAIRS); do
+PAIRLINES
+done
+kill -CONT $daemon
+pcached status cache0 | grep -E "^  (writes|writeback|gc) " | sed "s/^ */STATUS pcached paired: /"
+"""
+
+
+def report_pairs(args, samples, status):
+    """The --paired figures: each pair's ratio, and their median (the host's drift between pairs
+    does not enter it)."""
+    pairs = {job: list(zip(samples.get(("pcached", job), []), samples.get(("writecache", job), []))) for job in PAIRED_JOBS}
+    incomplete = [job for job, runs in pairs.items() if len(runs) != args.paired]
+    if incomplete:
+        print(f"paired: missing runs of {', '.join(incomplete)}", file=sys.stderr)
+        return 1
+    ratios = {job: [a / b for a, b in runs] for job, runs in pairs.items()}
+    summary = {job: {"pcached_median_iops": statistics.median(a for a, _ in runs),
+                     "dm_writecache_median_iops": statistics.median(b for _, b in runs),
+                     "median_pair_ratio": statistics.median(ratios[job]),
+                     "pairs_at_or_above_1": sum(r >= 1.0 for r in ratios[job])}
+               for job, runs in pairs.items()}
+    if args.json:
+        print(json.dumps({"benchmark": "vm-fio-paired", "unit": "IOPS", "pairs": args.paired,
+                          "runs": {job: {"pcached": [a for a, _ in runs], "dm_writecache": [b for _, b in runs]}
+                                   for job, runs in pairs.items()},
+                          "pcached_vs_dm_writecache_per_pair": ratios, "summary": summary,
+                          "pcached_status": status}, indent=2))
+        return 0
+    print(f"\nfio in the VM (TCG): pcached and dm-writecache side by side, {args.paired} pairs of runs")
+    print(f"{'job':<20} {'pcached':>10} {'dm-wc':>10} {'median pair ratio':>18} {'pairs >= 1':>11}  per pair")
+    for job, row in summary.items():
+        print(f"{job:<20} {row['pcached_median_iops']:>10.0f} {row['dm_writecache_median_iops']:>10.0f} "
+              f"{row['median_pair_ratio']:>18.2f} {row['pairs_at_or_above_1']:>6}/{args.paired:<4}  "
+              + " ".join(f"{r:.2f}" for r in ratios[job]))
+    for line in status:
+        print("  " + line)
+    return 0
+
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -108,6 +186,9 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", help="run only this target (debugging)")
     parser.add_argument("--runtime", type=int, default=5, help="seconds per job")
+    parser.add_argument("--paired", type=int, metavar="N",
+                        help="instead of the rounds: N pairs of runs of the goal's jobs, pcached and dm-writecache "
+                             "set up side by side and alternating (the ratio within each pair)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     ublk_null = args.ublk_null or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(args.pcachedd))),
@@ -115,10 +196,15 @@ def main():
     if not os.path.exists(ublk_null):
         parser.error(f"{ublk_null}: not found (build it, or give --ublk-null)")
 
-    job_lines = "\n".join(f"    run_job $target $dev {name} {fio}" for name, fio in JOBS)
-    script_text = (GUEST.replace("JOBLINES", job_lines).replace("ROUNDS", str(args.rounds))
-                   .replace("RUNTIME", str(args.runtime))
-                   .replace("TARGETS", args.only or "pmem nullblk ublk-null ublk-null-pinned pcached pcached-pinned pcached-1q writecache"))
+    if args.paired:
+        fio_of = dict(JOBS)
+        pair_lines = "\n".join(f"  run_pair {name} {fio_of[name]}" for name in PAIRED_JOBS)
+        script_text = (SETUP + PAIRED).replace("PAIRLINES", pair_lines).replace("PAIRS", str(args.paired))
+    else:
+        job_lines = "\n".join(f"    run_job $target $dev {name} {fio}" for name, fio in JOBS)
+        script_text = (SETUP + ROUND_ROBIN).replace("JOBLINES", job_lines).replace("ROUNDS", str(args.rounds)).replace(
+            "TARGETS", args.only or "pmem nullblk ublk-null ublk-null-pinned pcached pcached-pinned pcached-1q writecache")
+    script_text = script_text.replace("RUNTIME", str(args.runtime))
     machine = harness.Vm()
     scratch = tempfile.mkdtemp(prefix="pcached-vmbench-", dir="/dev/shm")
     try:
@@ -143,6 +229,9 @@ def main():
         target, job, r, w = match.groups()
         iops = float(r) + float(w)
         samples.setdefault((target, job), []).append(iops)
+    status = [" ".join(line.split()) for line in re.findall(r"^STATUS (.*)$", result.output, re.M)]
+    if args.paired:
+        return report_pairs(args, samples, status)
     targets = ["pcached", "pcached-pinned", "pcached-1q", "writecache", "pmem", "nullblk", "ublk-null",
                "ublk-null-pinned"]
     # A target left out (--only) has no figures: None in JSON, "-" in the table, never a zero.
@@ -163,7 +252,6 @@ def main():
     null_ratios_pinned = ratios_of("pcached-pinned", "ublk-null-pinned")
     null_vs_wc, null_vs_wc_pinned = ratios_of("ublk-null"), ratios_of("ublk-null-pinned")
     rounds_vs_wc = per_round("pcached")
-    status = [" ".join(line.split()) for line in re.findall(r"^STATUS (.*)$", result.output, re.M)]
     if args.json:
         print(json.dumps({"benchmark": "vm-fio", "unit": "IOPS (median of rounds)", "rounds": args.rounds,
                           "iops": table, "pcached_vs_dm_writecache": ratios,
