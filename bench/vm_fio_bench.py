@@ -153,9 +153,11 @@ def report_pairs(args, samples, status):
     """The --paired figures: each pair's ratio, and their median (the host's drift between pairs
     does not enter it)."""
     pairs = {job: list(zip(samples.get(("pcached", job), []), samples.get(("writecache", job), []))) for job in PAIRED_JOBS}
-    incomplete = [job for job, runs in pairs.items() if len(runs) != args.paired]
+    # A run that did no I/O counts as missing: it has no ratio.
+    incomplete = [job for job, runs in pairs.items()
+                  if len(runs) != args.paired or not all(a and b for a, b in runs)]
     if incomplete:
-        print(f"paired: missing runs of {', '.join(incomplete)}", file=sys.stderr)
+        print(f"paired: missing or empty runs of {', '.join(incomplete)}", file=sys.stderr)
         return 1
     ratios = {job: [a / b for a, b in runs] for job, runs in pairs.items()}
     summary = {job: {"pcached_median_iops": statistics.median(a for a, _ in runs),
