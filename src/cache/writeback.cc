@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <map>
 
@@ -268,7 +269,37 @@ void Writeback::collect(size_t budget, uint64_t seq_limit, std::vector<Piece>& p
     uint64_t seq;
   };
   std::vector<LostPiece> lost;
-  for (uint32_t slot = 0; slot < format::kMaxJournals && used < limit; ++slot) {
+  // The journals' pending key sets are taken in sequence order, merged across the journals: the
+  // oldest dirty data goes first, whichever queue wrote it. The clean horizon is the lowest number
+  // still pending in any journal, and only its advance lets journal segments go. (Taken one
+  // journal after the other, a budget smaller than the first journal's live data never reached
+  // the others: with two queues the horizon stood still while the first queue's newest data was
+  // written back, and the journals grew until they crowded out the data.)
+  struct Scan {
+    Scan(Engine& engine, uint32_t slot, JournalPosition cursor, JournalPosition published)
+        : slot(slot), cursor(cursor), published(published),
+          reader(*engine.region_, engine.superblock_, slot, cursor), done(cursor) {
+      read_ahead();
+    }
+
+    uint32_t slot;
+    JournalPosition cursor;
+    JournalPosition published;
+    JournalReader reader;
+    JournalPosition done;           // after the last key set taken
+    std::vector<format::Key> keys;  // the next key set, read ahead
+    bool has_next = false;
+    uint64_t lowest_seq = 0;  // of keys
+
+    void read_ahead() {
+      has_next = reader.next(keys, &published);
+      lowest_seq = UINT64_MAX;
+      for (const format::Key& key : keys) lowest_seq = std::min(lowest_seq, key.seq);
+      if (keys.empty()) lowest_seq = 0;  // nothing to write back: taken at once
+    }
+  };
+  std::deque<Scan> scans;  // (a deque: the readers stay where they are)
+  for (uint32_t slot = 0; slot < format::kMaxJournals; ++slot) {
     JournalState& journal = engine_.journals_[slot];
     JournalPosition cursor, published;
     bool relocation = false;
@@ -286,91 +317,100 @@ void Writeback::collect(size_t budget, uint64_t seq_limit, std::vector<Piece>& p
       cursors.push_back({slot, published});
       continue;
     }
-    JournalReader reader(*engine_.region_, engine_.superblock_, slot, cursor);
-    JournalPosition done = cursor;
-    while (used < limit && reader.next(keys, &published)) {
-      // A journal's sets come in sequence order: the first one numbered past the limit ends it.
-      if (std::all_of(keys.begin(), keys.end(), [&](const format::Key& key) { return key.seq >= seq_limit; })) break;
-      const size_t mark = pieces.size();
-      const size_t used_mark = used;
-      bool fits = true;
-      for (const format::Key& key : keys) {
-        const bool passed_down = format::has_data(key.kind) || key.kind == format::KeyKind::Zero ||
-                                 key.kind == format::KeyKind::Discard;
-        if (key.seq < horizon || !passed_down) continue;
-        if (key.kind == format::KeyKind::WrittenThrough && key.seq >= engine_.run_first_seq_) {
-          // Its data reached the device before the key was written: only the flush is owed.
-          written_through = true;
-          continue;
-        }
-        // The parts of the key no newer key has replaced, copied while the shard lock keeps them
-        // from being replaced or evicted under us.
-        engine_.index_.lookup(key.sector, key.sectors, [&](std::span<const cache::Piece> found, uint64_t) {
-          for (const cache::Piece& piece : found) {
-            if (!fits) continue;
-            if (key.kind == format::KeyKind::Discard) {
-              // Passed down here, in journal order, rather than by the queue when the request
-              // came: a discard reaching the device after newer data of its sectors was written
-              // back would erase it. Sectors a newer key wrote are left alone; a newer key that
-              // comes later goes to a later batch (the overlap check), after this one is done.
-              if (piece.cached && piece.extent.seq > key.seq) continue;
-              if (overlaps(piece.sector, piece.sector + piece.sectors)) {
-                fits = false;
-                continue;
-              }
-              pieces.push_back({piece.sector, piece.sectors, 0, /*discard=*/true});
-              continue;
-            }
-            // (Lost data was counted when it was found; it is not read again.)
-            if (!piece.cached || piece.extent.seq != key.seq || (piece.extent.flags & Extent::kLost)) continue;
-            const uint64_t bytes = uint64_t{piece.sectors} * kSectorSize;
-            if (used + bytes > bounce_size_ || overlaps(piece.sector, piece.sector + piece.sectors)) {
+    scans.emplace_back(engine_, slot, cursor, published);
+  }
+  while (used < limit) {
+    Scan* oldest = nullptr;
+    for (Scan& scan : scans) {
+      if (scan.has_next && (oldest == nullptr || scan.lowest_seq < oldest->lowest_seq)) oldest = &scan;
+    }
+    if (oldest == nullptr) break;
+    // Each journal's sets come in sequence order: once the oldest set of them all is numbered past
+    // the limit, every one is.
+    if (!oldest->keys.empty() && oldest->lowest_seq >= seq_limit) break;
+    keys.swap(oldest->keys);
+    const size_t mark = pieces.size();
+    const size_t used_mark = used;
+    bool fits = true;
+    for (const format::Key& key : keys) {
+      const bool passed_down = format::has_data(key.kind) || key.kind == format::KeyKind::Zero ||
+                               key.kind == format::KeyKind::Discard;
+      if (key.seq < horizon || !passed_down) continue;
+      if (key.kind == format::KeyKind::WrittenThrough && key.seq >= engine_.run_first_seq_) {
+        // Its data reached the device before the key was written: only the flush is owed.
+        written_through = true;
+        continue;
+      }
+      // The parts of the key no newer key has replaced, copied while the shard lock keeps them
+      // from being replaced or evicted under us.
+      engine_.index_.lookup(key.sector, key.sectors, [&](std::span<const cache::Piece> found, uint64_t) {
+        for (const cache::Piece& piece : found) {
+          if (!fits) continue;
+          if (key.kind == format::KeyKind::Discard) {
+            // Passed down here, in journal order, rather than by the queue when the request
+            // came: a discard reaching the device after newer data of its sectors was written
+            // back would erase it. Sectors a newer key wrote are left alone; a newer key that
+            // comes later goes to a later batch (the overlap check), after this one is done.
+            if (piece.cached && piece.extent.seq > key.seq) continue;
+            if (overlaps(piece.sector, piece.sector + piece.sectors)) {
               fits = false;
               continue;
             }
-            if (piece.extent.flags & Extent::kZero) {
-              std::memset(bounce_.get() + used, 0, bytes);
-            } else if (Status read = engine_.region_->read(piece.extent.location, bounce_.get() + used, bytes); !read.ok()) {
-              // The only copy of this data is unreadable: nothing can be written back for it.
-              // Its segment is kept out of GC, so that reads of these sectors keep failing with EIO
-              // instead of serving the older data the backing device holds.
-              spdlog::error("cache on {}: dirty sectors {}+{} lost to a media error: {}", engine_.options_.region_path,
-                            piece.sector, piece.sectors, read.message());
-              errors_.fetch_add(1);
-              lost_bytes_.fetch_add(bytes);
-              lost_data_segments_.insert(engine_.superblock_.segment_at(piece.extent.location));
-              lost.push_back({piece.sector, piece.sectors, key.seq});
-              continue;
-            }
-            // Registered while the shard lock still keeps the piece from being discarded or
-            // replaced: whoever changes it afterwards sees it in flight.
-            in_flight_.add(piece.sector, piece.sectors);
-            pieces.push_back({piece.sector, piece.sectors, used});
-            used += bytes;
+            pieces.push_back({piece.sector, piece.sectors, 0, /*discard=*/true});
+            continue;
           }
-        });
-        // Marked once the shard lock is released: once clean, such data must not be read from
-        // the backing device in its place.
-        for (const LostPiece& piece : lost) {
-          engine_.index_.mark(piece.sector, piece.sectors, piece.seq, Extent::kLost);
-          newly_lost_.push_back({piece.sector, piece.sectors, piece.seq});
+          // (Lost data was counted when it was found; it is not read again.)
+          if (!piece.cached || piece.extent.seq != key.seq || (piece.extent.flags & Extent::kLost)) continue;
+          const uint64_t bytes = uint64_t{piece.sectors} * kSectorSize;
+          if (used + bytes > bounce_size_ || overlaps(piece.sector, piece.sector + piece.sectors)) {
+            fits = false;
+            continue;
+          }
+          if (piece.extent.flags & Extent::kZero) {
+            std::memset(bounce_.get() + used, 0, bytes);
+          } else if (Status read = engine_.region_->read(piece.extent.location, bounce_.get() + used, bytes); !read.ok()) {
+            // The only copy of this data is unreadable: nothing can be written back for it.
+            // Its segment is kept out of GC, so that reads of these sectors keep failing with EIO
+            // instead of serving the older data the backing device holds.
+            spdlog::error("cache on {}: dirty sectors {}+{} lost to a media error: {}", engine_.options_.region_path,
+                          piece.sector, piece.sectors, read.message());
+            errors_.fetch_add(1);
+            lost_bytes_.fetch_add(bytes);
+            lost_data_segments_.insert(engine_.superblock_.segment_at(piece.extent.location));
+            lost.push_back({piece.sector, piece.sectors, key.seq});
+            continue;
+          }
+          // Registered while the shard lock still keeps the piece from being discarded or
+          // replaced: whoever changes it afterwards sees it in flight.
+          in_flight_.add(piece.sector, piece.sectors);
+          pieces.push_back({piece.sector, piece.sectors, used});
+          used += bytes;
         }
-        lost.clear();
-        if (!fits) break;
+      });
+      // Marked once the shard lock is released: once clean, such data must not be read from
+      // the backing device in its place.
+      for (const LostPiece& piece : lost) {
+        engine_.index_.mark(piece.sector, piece.sectors, piece.seq, Extent::kLost);
+        newly_lost_.push_back({piece.sector, piece.sectors, piece.seq});
       }
-      if (!fits) {
-        pieces.resize(mark);
-        used = used_mark;
-        if (pieces.empty()) {
-          // One key set larger than the whole buffer: make room and try it again next round.
-          grow_bounce(bounce_size_ * 2);
-        }
-        break;
-      }
-      for (size_t i = mark; i < pieces.size(); ++i) taken.emplace(pieces[i].sector, pieces[i].sector + pieces[i].sectors);
-      done = reader.position();
+      lost.clear();
+      if (!fits) break;
     }
-    if (!(done == cursor)) cursors.push_back({slot, done});
+    if (!fits) {
+      pieces.resize(mark);
+      used = used_mark;
+      if (pieces.empty()) {
+        // One key set larger than the whole buffer: make room and try it again next round.
+        grow_bounce(bounce_size_ * 2);
+      }
+      break;
+    }
+    for (size_t i = mark; i < pieces.size(); ++i) taken.emplace(pieces[i].sector, pieces[i].sector + pieces[i].sectors);
+    oldest->done = oldest->reader.position();
+    oldest->read_ahead();
+  }
+  for (const Scan& scan : scans) {
+    if (!(scan.done == scan.cursor)) cursors.push_back({scan.slot, scan.done});
   }
 }
 
