@@ -41,13 +41,19 @@ Result<format::SegmentHeader> read_segment_header(const pmem::Region& region, co
 
 JournalReader::JournalReader(const pmem::Region& region, const format::Superblock& superblock, uint32_t slot,
                              JournalPosition start)
-    : region_(region), superblock_(superblock), slot_(slot), position_(start), buffer_(kReadAhead) {
+    : region_(region),
+      superblock_(superblock),
+      slot_(slot),
+      position_(start),
+      buffer_(std::make_unique_for_overwrite<std::byte[]>(kReadAhead)),
+      read_size_(static_cast<uint32_t>(format::encoded_key_set_size(format::kMaxKeysPerSet))) {
   segments_.push_back({start.segment, start.generation, 0});
 }
 
 bool JournalReader::refill(uint32_t offset, uint64_t end) {
-  const uint32_t length = static_cast<uint32_t>(std::min<uint64_t>(kReadAhead, end - offset));
-  const Status status = region_.read(superblock_.segment_offset(position_.segment) + offset, buffer_.data(), length);
+  const uint32_t length = static_cast<uint32_t>(std::min<uint64_t>(read_size_, end - offset));
+  read_size_ = std::min(read_size_ * 2, kReadAhead);
+  const Status status = region_.read(superblock_.segment_offset(position_.segment) + offset, buffer_.get(), length);
   if (!status.ok()) {
     end_ = JournalEnd::Damaged;
     damage_ = status.message();
@@ -124,7 +130,7 @@ bool JournalReader::next(std::vector<format::Key>& keys, const JournalPosition* 
                           needed_end <= uint64_t{buffer_offset_} + buffer_length_;
     if (!buffered && !refill(position_.offset, readable_end)) return false;
     const uint32_t at = position_.offset - buffer_offset_;
-    auto header = format::decode_key_set(std::span(buffer_.data() + at, buffer_length_ - at), position_.generation,
+    auto header = format::decode_key_set(std::span(buffer_.get() + at, buffer_length_ - at), position_.generation,
                                          superblock_.salt(), keys);
     if (!header.ok()) {
       if (header.status().code() != ENODATA) {

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <vector>
@@ -78,7 +79,9 @@ class JournalReader {
  private:
   bool follow_link(uint32_t segment, uint32_t generation);
   bool valid_record_follows();
-  // Reads the segment from offset into the buffer, up to `end` at most.
+  // Reads the segment from offset into the buffer, up to `end` at most: one key set's worth at
+  // first, twice as much each time after. (Writeback opens readers on every batch to look at a
+  // key set or two; a full read-ahead each time cost it more than the keys it read.)
   bool refill(uint32_t offset, uint64_t end);
 
   const pmem::Region& region_;
@@ -86,7 +89,8 @@ class JournalReader {
   uint32_t slot_;
   JournalPosition position_;
   std::vector<ChainSegment> segments_;
-  std::vector<std::byte> buffer_;
+  std::unique_ptr<std::byte[]> buffer_;  // (left uninitialised: only what was read is looked at)
+  uint32_t read_size_;          // of the next refill
   uint32_t buffer_offset_ = 0;  // segment offset of buffer_[0]
   uint32_t buffer_length_ = 0;
   uint32_t buffer_segment_ = UINT32_MAX;
