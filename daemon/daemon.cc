@@ -245,11 +245,13 @@ Result<nlohmann::json> Daemon::remove(const nlohmann::json& args, const Progress
   managed.removing_device = device;
   std::unique_ptr<cache::Cache> cache = std::move(managed.cache);
   std::unique_ptr<ExportedDevice> exported = std::move(managed.device);  // destroyed before the cache
+  managed.detaching = cache.get();
   auto give_back = [&] {  // with the lock held
     managed.device = std::move(exported);
     managed.cache = std::move(cache);
     managed.busy.clear();
     managed.removing_device.clear();
+    managed.detaching = nullptr;
   };
   lock.unlock();
   if (exported) {
@@ -267,6 +269,11 @@ Result<nlohmann::json> Daemon::remove(const nlohmann::json& args, const Progress
     if (Status status = cache->detach(no_flush.value(), reporter(args, *cache, progress)); !status.ok()) {
       lock.lock();
       give_back();
+      if (status.code() == ECANCELED) {
+        // The state file still names the cache: the next daemon attaches it and exports it again.
+        return status.with_context("cache " + name + " not removed: the daemon is exiting; " + device +
+                                   " is gone, the dirty data stays on pmem and the next start brings it back");
+      }
       return status.with_context("cache " + name + " no longer exported as " + device + " but still holds dirty data");
     }
   }
@@ -419,6 +426,7 @@ void Daemon::interrupt_write_backs() {
   std::lock_guard lock(mutex_);
   for (const auto& [name, managed] : caches_) {
     if (managed->cache) managed->cache->interrupt_waits();
+    if (managed->detaching != nullptr) managed->detaching->interrupt_waits();  // (owned by its remove)
   }
 }
 

@@ -64,6 +64,9 @@ class Daemon {
     // While a remove stops the device and detaches the cache (without the mutex), the two are
     // out of the entry, in the remove's hands; what the device was called until then.
     std::string removing_device;
+    // Meanwhile the cache the remove detaches (and owns): an exiting daemon interrupts its
+    // write-back too, rather than wait for all of it.
+    cache::Cache* detaching = nullptr;
   };
 
   explicit Daemon(const DaemonOptions& options) : options_(options) {}

@@ -512,6 +512,48 @@ TEST_CASE("a daemon that is exiting interrupts the flush in progress and refuses
   for (uint64_t i = 0; i < 4; ++i) CHECK(reads_back(*queue, 30 + i, i * 2048, 256));
 }
 
+TEST_CASE("a daemon that is exiting interrupts a remove that is detaching the cache; the data stays on pmem",
+          "[daemon][in-process]") {
+  CacheFiles web(kRegionBytes, kBackingBytes);
+  DaemonUnderTest d;
+  d.ok("add", held_dirty(add_args(web, "web")));
+  // Every writeback submission waits 1.5 s.
+  auto faults = dirty_on_slow_device(d, "web", 40, 4, 1'500'000);
+  REQUIRE(faults.ok());
+  // A write arrives while the remove writes back with the device still there, so that detaching
+  // (the device gone, the cache in the remove's hands) has data to write back, as slowly. SIGTERM
+  // comes then: the detach must give up instead of writing all of it back first.
+  bool wrote = false;
+  bool interrupted = false;
+  const auto removed = d.call("remove", {{"name", "web"}, {"progress", true}}, [&](const json&) {
+    if (!wrote) {
+      write_pattern(*d.queue("web"), 50, 8192, 256);
+      wrote = true;
+    }
+    if (interrupted) return;
+    const auto status = d.call("status", {{"name", "web"}});
+    if (status.ok() && status.value()["state"] == "removing") {
+      d.daemon().interrupt_write_backs();  // what SIGTERM does first
+      interrupted = true;
+    }
+  });
+  REQUIRE(interrupted);
+  CHECK(error_of(removed) == ECANCELED);
+  CHECK_THAT(message_of(removed), Catch::Contains("cache web not removed: the daemon is exiting; inproc0 is gone, the "
+                                                  "dirty data stays on pmem and the next start brings it back"));
+  // The cache is still the daemon's, without its device.
+  CHECK(d.ok("status", {{"name", "web"}})["state"] == "failed");
+  faults.value()->writes.delay_us = 0;
+
+  // The next daemon exports it again and finds every write (written back or still dirty on pmem).
+  d.stop();
+  d.start();
+  CHECK(d.ok("status", {{"name", "web"}})["state"] == "running");
+  auto queue = d.queue("web");
+  for (uint64_t i = 0; i < 4; ++i) CHECK(reads_back(*queue, 40 + i, i * 2048, 256));
+  CHECK(reads_back(*queue, 50, 8192, 256));
+}
+
 TEST_CASE("remove writes back first unless told not to, and waits until the device is unused", "[daemon][in-process]") {
   CacheFiles web(kRegionBytes, kBackingBytes);
   DaemonUnderTest d;
