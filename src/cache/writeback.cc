@@ -289,14 +289,11 @@ void Writeback::collect(size_t budget, uint64_t seq_limit, std::vector<Piece>& p
     JournalPosition done;           // after the last key set taken
     std::vector<format::Key> keys;  // the next key set, read ahead
     bool has_next = false;
-    uint64_t lowest_seq = 0;  // of keys
 
-    void read_ahead() {
-      has_next = reader.next(keys, &published);
-      lowest_seq = UINT64_MAX;
-      for (const format::Key& key : keys) lowest_seq = std::min(lowest_seq, key.seq);
-      if (keys.empty()) lowest_seq = 0;  // nothing to write back: taken at once
-    }
+    void read_ahead() { has_next = reader.next(keys, &published); }
+    // A set's keys are numbered in a row (EngineQueue::number): its first has the lowest number.
+    // An empty set has nothing to write back and is taken at once.
+    uint64_t first_seq() const { return keys.empty() ? 0 : keys.front().seq; }
   };
   std::deque<Scan> scans;  // (a deque: the readers stay where they are)
   for (uint32_t slot = 0; slot < format::kMaxJournals; ++slot) {
@@ -322,12 +319,12 @@ void Writeback::collect(size_t budget, uint64_t seq_limit, std::vector<Piece>& p
   while (used < limit) {
     Scan* oldest = nullptr;
     for (Scan& scan : scans) {
-      if (scan.has_next && (oldest == nullptr || scan.lowest_seq < oldest->lowest_seq)) oldest = &scan;
+      if (scan.has_next && (oldest == nullptr || scan.first_seq() < oldest->first_seq())) oldest = &scan;
     }
     if (oldest == nullptr) break;
     // Each journal's sets come in sequence order: once the oldest set of them all is numbered past
     // the limit, every one is.
-    if (!oldest->keys.empty() && oldest->lowest_seq >= seq_limit) break;
+    if (!oldest->keys.empty() && oldest->first_seq() >= seq_limit) break;
     keys.swap(oldest->keys);
     const size_t mark = pieces.size();
     const size_t used_mark = used;
