@@ -239,17 +239,22 @@ TEST_CASE("power cuts lose no acknowledged operation while writeback and GC run"
   // 1 MiB of the device, which fits in the cache: the segments GC reclaims hold a little of it,
   // which GC moves rather than evicts; in the last, that data is mostly dirty, and GC moves it
   // under keys of its own.
-  const auto [policy, usual_seed, shared_fence_classes, writeback_rate, span] =
-      GENERATE(table<std::string, uint64_t, uint32_t, uint64_t, uint64_t>(
-          {{"nt", 7, cache::kAllClassesShareFence, 0, kDeviceSectors},
-           {"clflushopt", 8, 0, MiB, kDeviceSectors},
-           {"threshold:8K", 9, 0b111000, MiB, kDeviceSectors},
-           {"clflushopt", 10, cache::kAllClassesShareFence, 0, MiB / kSector},
-           {"threshold:8K", 11, 0b111000, 1, MiB / kSector}}));
+  // The last two take turns between two queues, batch by batch, as the ublk frontend's queue
+  // threads do: writeback then merges two journals whose key numbers interleave (three, with GC's
+  // own in the last), and the clean horizon is the lowest number pending in any of them.
+  const auto [policy, usual_seed, shared_fence_classes, writeback_rate, span, queue_count] =
+      GENERATE(table<std::string, uint64_t, uint32_t, uint64_t, uint64_t, size_t>(
+          {{"nt", 7, cache::kAllClassesShareFence, 0, kDeviceSectors, 1},
+           {"clflushopt", 8, 0, MiB, kDeviceSectors, 1},
+           {"threshold:8K", 9, 0b111000, MiB, kDeviceSectors, 1},
+           {"clflushopt", 10, cache::kAllClassesShareFence, 0, MiB / kSector, 1},
+           {"threshold:8K", 11, 0b111000, 1, MiB / kSector, 1},
+           {"nt", 12, 0, 0, kDeviceSectors, 2},
+           {"threshold:8K", 13, cache::kAllClassesShareFence, 1, MiB / kSector, 2}}));
   const uint64_t seed = crash_seed(usual_seed);
-  const unsigned cuts = (crash_points(300) + 4) / 5;
+  const unsigned cuts = (crash_points(300) + 4) / 5;  // per workload: 420 in all by default
   INFO("policy " << policy << ", span " << span << " sectors, seed " << seed << ", " << cache::describe_commit_protocol(shared_fence_classes)
-                 << ", writeback rate " << writeback_rate);
+                 << ", writeback rate " << writeback_rate << ", " << queue_count << " queue(s)");
 
   CacheFiles files(kRegionBytes, kBackingBytes);
   open_cache(files.options(/*format=*/true))->abandon();
@@ -260,7 +265,9 @@ TEST_CASE("power cuts lose no acknowledged operation while writeback and GC run"
   options.commit_shared_fence_classes = shared_fence_classes;
   options.persist_observer = &simulator;
   auto cache = open_cache(options);
-  auto queue = make_queue(*cache);
+  std::vector<std::unique_ptr<frontend::SyncQueue>> queues;
+  for (size_t i = 0; i < queue_count; ++i) queues.push_back(make_queue(*cache));
+  uint64_t batches = 0;
 
   std::mt19937_64 rng(seed);
   CrashModel model(kDeviceSectors);
@@ -308,7 +315,7 @@ TEST_CASE("power cuts lose no acknowledged operation while writeback and GC run"
     const size_t count = rng() % 2 == 0 ? 1 : 2 + rng() % 5;
     Batch batch(rng, count, 32, span, next_id);
     newest_issued.store(next_id - 1);
-    const std::vector<int> results = batch.execute(*queue);
+    const std::vector<int> results = batch.execute(*queues[batches++ % queues.size()]);
     const uint64_t acknowledged_at = simulator.events();
     for (size_t i = 0; i < results.size(); ++i) REQUIRE(results[i] == expected_result(batch.ops[i]));
     const std::string where = "policy " + policy + ", seed " + std::to_string(seed) + ", after write " +
@@ -362,13 +369,13 @@ TEST_CASE("power cuts lose no acknowledged operation while writeback and GC run"
     arm();
   }
   const cache::CacheStats stats = cache->stats();
-  queue.reset();
+  queues.clear();
   cache->abandon();
 
-  std::printf("power cuts (policy %s, %lu KiB span): %s; %u strict, %u partial, %u partial+torn, %u all+torn, %u cut again "
+  std::printf("power cuts (policy %s, %lu KiB span, %zu queue(s)): %s; %u strict, %u partial, %u partial+torn, %u all+torn, %u cut again "
               "during recovery, %u with a write-zeroes or discard under way; live reads: %lu sectors, losses=%lu, "
               "wrong=%lu; writeback %lu MiB, GC reclaimed %lu segments in %lu runs, moved %lu KiB (%lu KiB dirty), evicted %lu KiB\n",
-              policy.c_str(), static_cast<unsigned long>(span * kSector / KiB), totals.summary().c_str(), by_kind[kStrict], by_kind[kPartial], by_kind[kPartialTorn],
+              policy.c_str(), static_cast<unsigned long>(span * kSector / KiB), queue_count, totals.summary().c_str(), by_kind[kStrict], by_kind[kPartial], by_kind[kPartialTorn],
               by_kind[kAllTorn], nested, during_zero_or_discard, static_cast<unsigned long>(reads.sectors),
               static_cast<unsigned long>(reads.lost), static_cast<unsigned long>(reads.wrong),
               static_cast<unsigned long>(stats.writeback_bytes / MiB), static_cast<unsigned long>(stats.segments_reclaimed),
