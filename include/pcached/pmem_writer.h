@@ -54,6 +54,12 @@ class PmemWriter {
   }
   void copy_nodrain(uint64_t offset, const void* src, size_t len, CopyMethod method);
   void fill_nodrain(uint64_t offset, uint8_t value, size_t len);
+  // Copies [source, source+len) of the region itself to [offset, offset+len) and flushes it:
+  // read through Region::read, straight into the destination (no bounce through DRAM), so a media
+  // error in the source fails this copy with EIO, leaving the destination partly written, and
+  // never the process. Cached stores and a flush whatever the policy: the streaming copy cannot
+  // take the fault. Durable after the next drain().
+  Status copy_within_nodrain(uint64_t offset, uint64_t source, size_t len);
 
   void copy_persist(uint64_t offset, const void* src, size_t len) {
     copy_nodrain(offset, src, len);

@@ -39,9 +39,7 @@ uint64_t keys_for(uint64_t live_sectors, size_t segments) { return live_sectors 
 }  // namespace
 
 GcRelocation::GcRelocation(Engine& engine, pmem::PmemWriter& writer)
-    : engine_(engine),
-      writer_(writer),
-      bounce_(std::make_unique<std::byte[]>(ExtentIndex::kStripeSectors * kSectorSize)) {}
+    : engine_(engine), writer_(writer) {}
 
 GcRelocation::~GcRelocation() {
   if (journal_slot_ == UINT32_MAX) return;
@@ -143,22 +141,23 @@ ExtentIndex::Relocation GcRelocation::move(uint64_t sector, const Extent& extent
   const ExtentIndex::Relocation failed{dirty ? Action::Keep : Action::Evict};
   const uint64_t bytes = uint64_t{extent.sectors} * kSectorSize;
   if (extent.sectors > ExtentIndex::kStripeSectors) return failed;
-  // Read first: clean data that cannot be read (a media error) or fails its checksum is evicted,
-  // and its reads go to the backing device, which holds it. Dirty data stays for writeback to
-  // find and report.
-  if (!engine_.region_->read(extent.location, bounce_.get(), bytes).ok()) return failed;
-  if (data_crc && engine_.checksums_.verify(*engine_.region_, extent.location, bounce_.get(), bytes) ==
-                      DataChecksums::Verdict::Bad) {
-    return failed;
-  }
   if (dirty && !journal_) return failed;
   const std::optional<uint64_t> location = place(extent.sectors);
   if (!location) return failed;
+  // Read straight into the new place. Clean data that cannot be read (a media error) or fails its
+  // checksum is evicted, and its reads go to the backing device, which holds it; dirty data stays
+  // for writeback to find and report. Either way the room taken is left unused: nothing names it.
+  if (!writer_.copy_within_nodrain(*location, extent.location, bytes).ok()) return failed;
+  const std::byte* moved = engine_.region_->base() + *location;
+  if (data_crc &&
+      engine_.checksums_.verify(*engine_.region_, extent.location, moved, bytes) == DataChecksums::Verdict::Bad) {
+    return failed;
+  }
   // Drained before the index points here: another core must not read the old contents of the
-  // line (streaming stores are not ordered with the unlock); and, for dirty data, before the key
-  // that names it is written (its key set is of the data-first kind).
-  writer_.copy_persist(*location, bounce_.get(), bytes);
-  const uint32_t crc = data_crc ? format::crc32c(0, bounce_.get(), bytes) : 0;
+  // line (the flushes are not ordered with the unlock); and, for dirty data, before the key that
+  // names it is written (its key set is of the data-first kind).
+  writer_.drain();
+  const uint32_t crc = data_crc ? format::crc32c(0, moved, bytes) : 0;
   if (data_crc) engine_.checksums_.add(*location, extent.sectors, crc);
   moved_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   if (dirty) {

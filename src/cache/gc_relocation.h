@@ -90,7 +90,6 @@ class GcRelocation {
 
   Engine& engine_;
   pmem::PmemWriter& writer_;
-  std::unique_ptr<std::byte[]> bounce_;  // one extent at most (a stripe)
   uint32_t open_segment_ = UINT32_MAX;
   uint64_t open_offset_ = 0;     // bytes from the segment start
   uint64_t open_max_dirty_ = 0;  // newest key whose data moved into the open segment

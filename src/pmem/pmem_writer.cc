@@ -90,6 +90,21 @@ void PmemWriter::copy_nodrain(uint64_t offset, const void* src, size_t len, Copy
       [&](std::byte* dst) { std::memcpy(dst, src, len); });
 }
 
+Status PmemWriter::copy_within_nodrain(uint64_t offset, uint64_t source, size_t len) {
+  Status status;
+  const auto read = [&](std::byte* dst) { status = region_.read(source, dst, len); };
+  const CopyMethod policy_method = policy_.method_for(len);
+  const CopyMethod method = policy_method == CopyMethod::NonTemporal ? default_flush_ : policy_method;
+  store(offset, len, method,
+        [&](std::byte* dst) {
+          // No clwb nor clflushopt (default_flush_ stands for clflush): read, then clflush.
+          read(dst);
+          flush_range(dst, len, CopyMethod::NonTemporal);
+        },
+        read);
+  return status;
+}
+
 void PmemWriter::fill_nodrain(uint64_t offset, uint8_t value, size_t len) {
   store(
       offset, len, policy_.method_for(len),

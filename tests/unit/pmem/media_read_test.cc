@@ -57,6 +57,44 @@ TEST_CASE("a read of a known bad range fails without touching the media", "[pmem
   CHECK(region.read(1 * MiB - 512, buffer.data(), 512).ok());
 }
 
+TEST_CASE("a copy within the region reads its source like a read: a media error fails the copy, not the process",
+          "[pmem][media][writer]") {
+  EmulatedPmem pmem(16 * MiB);
+  const Region& region = *pmem.region;
+  CopyPolicy policy(PolicyTable{}, "test");
+  PmemWriter writer(region, policy);
+  std::vector<char> data(3 * 4096 + 512);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7 + 3);
+  writer.copy_persist(1 * MiB, data.data(), data.size());
+  writer.copy_persist(12 * MiB, data.data(), data.size());
+
+  // Healthy source: the bytes arrive, and nothing around them changes.
+  std::memset(region.base() + 2 * MiB - 64, 'g', data.size() + 128);
+  REQUIRE(writer.copy_within_nodrain(2 * MiB, 1 * MiB, data.size()).ok());
+  writer.drain();
+  CHECK(std::memcmp(region.base() + 2 * MiB, data.data(), data.size()) == 0);
+  CHECK(std::all_of(region.base() + 2 * MiB - 64, region.base() + 2 * MiB, [](std::byte b) { return b == std::byte{'g'}; }));
+  CHECK(region.base()[2 * MiB + data.size()] == std::byte{'g'});
+
+  // A known bad block in the source: EIO, and the destination is not touched.
+  region.mark_bad(1 * MiB + 4096, 4096);
+  std::memset(region.base() + 3 * MiB, 'd', data.size());
+  const Status known = writer.copy_within_nodrain(3 * MiB, 1 * MiB, data.size());
+  CHECK(known.code() == EIO);
+  CHECK(std::all_of(region.base() + 3 * MiB, region.base() + 3 * MiB + data.size(), [](std::byte b) { return b == std::byte{'d'}; }));
+
+  // A source page that faults (the file shrunk under it): EIO, the page is remembered as bad.
+  pmem.file.resize(12 * MiB + 4096);
+  const Status faulted = writer.copy_within_nodrain(4 * MiB, 12 * MiB, data.size());
+  CHECK(faulted.code() == EIO);
+  CHECK(faulted.message().find("media error at offset " + std::to_string(12 * MiB + 4096)) != std::string::npos);
+  CHECK(region.overlaps_bad_range(12 * MiB + 4096, 1));
+  // (What reached the destination before the fault is unspecified.) The rest of the region still
+  // copies.
+  REQUIRE(writer.copy_within_nodrain(5 * MiB, 2 * MiB, data.size()).ok());
+  CHECK(std::memcmp(region.base() + 5 * MiB, data.data(), data.size()) == 0);
+}
+
 TEST_CASE("a read outside the region is refused", "[pmem][media][bad-input]") {
   EmulatedPmem pmem(16 * MiB);
   char buffer[16];
