@@ -146,6 +146,12 @@ PAIRLINES
 done
 kill -CONT $daemon
 pcached status cache0 | grep -E "^  (writes|writeback|gc) " | sed "s/^ */STATUS pcached paired: /"
+# Nothing may be writing to the disk when the VM powers off (the kernel would log I/O errors): the
+# daemon exits, leaving what it has not written back on pmem, and dm-writecache is suspended, which
+# stops its writeback.
+kill -TERM $daemon
+while kill -0 $daemon 2>/dev/null; do sleep 0.1; done
+/sbin/dmsetup suspend --noudevsync wc
 """
 
 
