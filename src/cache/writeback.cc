@@ -251,24 +251,97 @@ void Writeback::grow_bounce(size_t bytes) {
   bounce_size_ = bytes;
 }
 
+bool Writeback::Batch::overlaps(uint64_t begin, uint64_t end) const {
+  auto it = taken.upper_bound(begin);
+  if (it != taken.begin() && std::prev(it)->second > begin) return true;
+  return it != taken.end() && it->first < end;
+}
+
+bool Writeback::take_piece(const format::Key& key, const cache::Piece& piece, Batch& batch,
+                           std::vector<format::LostRange>& lost) {
+  if (key.kind == format::KeyKind::Discard) {
+    // Passed down here, in journal order, rather than by the queue when the request came: a
+    // discard reaching the device after newer data of its sectors was written back would erase
+    // it. Sectors a newer key wrote are left alone; a newer key that comes later goes to a later
+    // batch (the overlap check), after this one is done.
+    if (piece.cached && piece.extent.seq > key.seq) return true;
+    if (batch.overlaps(piece.sector, piece.sector + piece.sectors)) return false;
+    batch.pieces.push_back({piece.sector, piece.sectors, 0, /*discard=*/true});
+    return true;
+  }
+  // (Lost data was counted when it was found; it is not read again.)
+  if (!piece.cached || piece.extent.seq != key.seq || (piece.extent.flags & Extent::kLost)) return true;
+  const uint64_t bytes = uint64_t{piece.sectors} * kSectorSize;
+  if (batch.used + bytes > bounce_size_ || batch.overlaps(piece.sector, piece.sector + piece.sectors)) return false;
+  std::byte* destination = bounce_.get() + batch.used;
+  if (piece.extent.flags & Extent::kZero) {
+    std::memset(destination, 0, bytes);
+  } else if (Status read = engine_.region_->read(piece.extent.location, destination, bytes); !read.ok()) {
+    // The only copy of this data is unreadable: nothing can be written back for it. Its segment
+    // is kept out of GC, so that reads of these sectors keep failing with EIO instead of serving
+    // the older data the backing device holds.
+    spdlog::error("cache on {}: dirty sectors {}+{} lost to a media error: {}", engine_.options_.region_path,
+                  piece.sector, piece.sectors, read.message());
+    errors_.fetch_add(1);
+    lost_bytes_.fetch_add(bytes);
+    lost_data_segments_.insert(engine_.superblock_.segment_at(piece.extent.location));
+    lost.push_back({piece.sector, piece.sectors, key.seq});
+    return true;
+  }
+  // Registered while the shard lock still keeps the piece from being discarded or replaced:
+  // whoever changes it afterwards sees it in flight.
+  in_flight_.add(piece.sector, piece.sectors);
+  batch.pieces.push_back({piece.sector, piece.sectors, batch.used});
+  batch.used += bytes;
+  return true;
+}
+
+bool Writeback::take_key_set(const std::vector<format::Key>& keys, uint64_t horizon, Batch& batch) {
+  const size_t pieces_before = batch.pieces.size();
+  const size_t used_before = batch.used;
+  std::vector<format::LostRange> lost;
+  bool fits = true;
+  for (const format::Key& key : keys) {
+    const bool passed_down = format::has_data(key.kind) || key.kind == format::KeyKind::Zero ||
+                             key.kind == format::KeyKind::Discard;
+    if (key.seq < horizon || !passed_down) continue;
+    if (key.kind == format::KeyKind::WrittenThrough && key.seq >= engine_.run_first_seq_) {
+      // Its data reached the device before the key was written: only the flush is owed.
+      batch.written_through = true;
+      continue;
+    }
+    // The parts of the key no newer key has replaced, copied while the shard lock keeps them from
+    // being replaced or evicted under us.
+    engine_.index_.lookup(key.sector, key.sectors, [&](std::span<const cache::Piece> found, uint64_t) {
+      for (const cache::Piece& piece : found) {
+        if (fits) fits = take_piece(key, piece, batch, lost);
+      }
+    });
+    // Marked once the shard lock is released: once clean, such data must not be read from the
+    // backing device in its place.
+    for (const format::LostRange& range : lost) {
+      engine_.index_.mark(range.sector, range.sectors, range.seq, Extent::kLost);
+      newly_lost_.push_back(range);
+    }
+    lost.clear();
+    if (!fits) break;
+  }
+  if (!fits) {
+    batch.pieces.resize(pieces_before);
+    batch.used = used_before;
+    return false;
+  }
+  for (size_t i = pieces_before; i < batch.pieces.size(); ++i) {
+    batch.taken.emplace(batch.pieces[i].sector, batch.pieces[i].sector + batch.pieces[i].sectors);
+  }
+  return true;
+}
+
 void Writeback::collect(size_t budget, uint64_t seq_limit, std::vector<Piece>& pieces,
                         std::vector<CursorUpdate>& cursors, bool& written_through) {
   const uint64_t horizon = engine_.clean_horizon_.load();
   const size_t limit = std::min(budget, bounce_size_);
-  size_t used = 0;
-  std::map<uint64_t, uint64_t> taken;  // sector ranges already in the batch: start -> end
-  auto overlaps = [&](uint64_t begin, uint64_t end) {
-    auto it = taken.upper_bound(begin);
-    if (it != taken.begin() && std::prev(it)->second > begin) return true;
-    return it != taken.end() && it->first < end;
-  };
-  std::vector<format::Key> keys;
-  struct LostPiece {
-    uint64_t sector;
-    uint32_t sectors;
-    uint64_t seq;
-  };
-  std::vector<LostPiece> lost;
+  Batch batch(pieces);
   // The journals' pending key sets are taken in sequence order, merged across the journals: the
   // oldest dirty data goes first, whichever queue wrote it. The clean horizon is the lowest number
   // still pending in any journal, and only its advance lets journal segments go. (Taken one
@@ -316,7 +389,8 @@ void Writeback::collect(size_t budget, uint64_t seq_limit, std::vector<Piece>& p
     }
     scans.emplace_back(engine_, slot, cursor, published);
   }
-  while (used < limit) {
+  std::vector<format::Key> keys;
+  while (batch.used < limit) {
     Scan* oldest = nullptr;
     for (Scan& scan : scans) {
       if (scan.has_next && (oldest == nullptr || scan.first_seq() < oldest->first_seq())) oldest = &scan;
@@ -326,89 +400,18 @@ void Writeback::collect(size_t budget, uint64_t seq_limit, std::vector<Piece>& p
     // the limit, every one is.
     if (!oldest->keys.empty() && oldest->first_seq() >= seq_limit) break;
     keys.swap(oldest->keys);
-    const size_t mark = pieces.size();
-    const size_t used_mark = used;
-    bool fits = true;
-    for (const format::Key& key : keys) {
-      const bool passed_down = format::has_data(key.kind) || key.kind == format::KeyKind::Zero ||
-                               key.kind == format::KeyKind::Discard;
-      if (key.seq < horizon || !passed_down) continue;
-      if (key.kind == format::KeyKind::WrittenThrough && key.seq >= engine_.run_first_seq_) {
-        // Its data reached the device before the key was written: only the flush is owed.
-        written_through = true;
-        continue;
-      }
-      // The parts of the key no newer key has replaced, copied while the shard lock keeps them
-      // from being replaced or evicted under us.
-      engine_.index_.lookup(key.sector, key.sectors, [&](std::span<const cache::Piece> found, uint64_t) {
-        for (const cache::Piece& piece : found) {
-          if (!fits) continue;
-          if (key.kind == format::KeyKind::Discard) {
-            // Passed down here, in journal order, rather than by the queue when the request
-            // came: a discard reaching the device after newer data of its sectors was written
-            // back would erase it. Sectors a newer key wrote are left alone; a newer key that
-            // comes later goes to a later batch (the overlap check), after this one is done.
-            if (piece.cached && piece.extent.seq > key.seq) continue;
-            if (overlaps(piece.sector, piece.sector + piece.sectors)) {
-              fits = false;
-              continue;
-            }
-            pieces.push_back({piece.sector, piece.sectors, 0, /*discard=*/true});
-            continue;
-          }
-          // (Lost data was counted when it was found; it is not read again.)
-          if (!piece.cached || piece.extent.seq != key.seq || (piece.extent.flags & Extent::kLost)) continue;
-          const uint64_t bytes = uint64_t{piece.sectors} * kSectorSize;
-          if (used + bytes > bounce_size_ || overlaps(piece.sector, piece.sector + piece.sectors)) {
-            fits = false;
-            continue;
-          }
-          if (piece.extent.flags & Extent::kZero) {
-            std::memset(bounce_.get() + used, 0, bytes);
-          } else if (Status read = engine_.region_->read(piece.extent.location, bounce_.get() + used, bytes); !read.ok()) {
-            // The only copy of this data is unreadable: nothing can be written back for it.
-            // Its segment is kept out of GC, so that reads of these sectors keep failing with EIO
-            // instead of serving the older data the backing device holds.
-            spdlog::error("cache on {}: dirty sectors {}+{} lost to a media error: {}", engine_.options_.region_path,
-                          piece.sector, piece.sectors, read.message());
-            errors_.fetch_add(1);
-            lost_bytes_.fetch_add(bytes);
-            lost_data_segments_.insert(engine_.superblock_.segment_at(piece.extent.location));
-            lost.push_back({piece.sector, piece.sectors, key.seq});
-            continue;
-          }
-          // Registered while the shard lock still keeps the piece from being discarded or
-          // replaced: whoever changes it afterwards sees it in flight.
-          in_flight_.add(piece.sector, piece.sectors);
-          pieces.push_back({piece.sector, piece.sectors, used});
-          used += bytes;
-        }
-      });
-      // Marked once the shard lock is released: once clean, such data must not be read from
-      // the backing device in its place.
-      for (const LostPiece& piece : lost) {
-        engine_.index_.mark(piece.sector, piece.sectors, piece.seq, Extent::kLost);
-        newly_lost_.push_back({piece.sector, piece.sectors, piece.seq});
-      }
-      lost.clear();
-      if (!fits) break;
-    }
-    if (!fits) {
-      pieces.resize(mark);
-      used = used_mark;
-      if (pieces.empty()) {
-        // One key set larger than the whole buffer: make room and try it again next round.
-        grow_bounce(bounce_size_ * 2);
-      }
+    if (!take_key_set(keys, horizon, batch)) {
+      // One key set larger than the whole buffer: make room and try it again next round.
+      if (pieces.empty()) grow_bounce(bounce_size_ * 2);
       break;
     }
-    for (size_t i = mark; i < pieces.size(); ++i) taken.emplace(pieces[i].sector, pieces[i].sector + pieces[i].sectors);
     oldest->done = oldest->reader.position();
     oldest->read_ahead();
   }
   for (const Scan& scan : scans) {
     if (!(scan.done == scan.cursor)) cursors.push_back({scan.slot, scan.done});
   }
+  if (batch.written_through) written_through = true;
 }
 
 int Writeback::write_and_flush(const std::vector<Piece>& pieces) {

@@ -83,6 +83,24 @@ class Writeback {
   // written_through is set when it passed keys whose data is on the device but maybe unflushed.
   void collect(size_t budget, uint64_t seq_limit, std::vector<Piece>& pieces, std::vector<CursorUpdate>& cursors,
                bool& written_through);
+  // A batch as collect() gathers it. No two of its pieces may overlap: the device may store them
+  // in any order.
+  struct Batch {
+    explicit Batch(std::vector<Piece>& gathered) : pieces(gathered) {}
+    std::vector<Piece>& pieces;
+    size_t used = 0;                     // bytes of the bounce buffer
+    std::map<uint64_t, uint64_t> taken;  // sector ranges of the key sets taken: start -> end
+    bool written_through = false;
+    bool overlaps(uint64_t begin, uint64_t end) const;
+  };
+  // Adds one key set's live data (keys below the clean horizon are clean already) to the batch.
+  // False, and the batch as it was, if the set does not fit: the bounce buffer is full, or a
+  // piece overlaps one taken before (it goes to a later batch, after that one is on the device).
+  bool take_key_set(const std::vector<format::Key>& keys, uint64_t horizon, Batch& batch);
+  // One piece of a key, found in the index under its shard's lock; false if it does not fit.
+  // Data that cannot be read is recorded in `lost` instead (marked once the lock is released).
+  bool take_piece(const format::Key& key, const cache::Piece& piece, Batch& batch,
+                  std::vector<format::LostRange>& lost);
   void grow_bounce(size_t bytes);
   // Writes the pieces (adjacent ones coalesced), then flushes; 0 or a negative errno.
   int write_and_flush(const std::vector<Piece>& pieces);
