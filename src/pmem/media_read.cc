@@ -6,6 +6,9 @@
 #include <cstring>
 #include <mutex>
 
+#include <pthread.h>
+#include <ucontext.h>
+
 namespace pcached::pmem {
 
 namespace {
@@ -16,6 +19,7 @@ thread_local sigjmp_buf* t_recovery = nullptr;
 thread_local const char* t_guard_begin = nullptr;
 thread_local const char* t_guard_end = nullptr;
 thread_local const void* t_fault = nullptr;
+thread_local sigset_t t_mask_before_fault;
 
 struct sigaction g_previous_action;
 
@@ -23,6 +27,9 @@ void on_sigbus(int signo, siginfo_t* info, void* context) {
   const char* address = static_cast<const char*>(info->si_addr);
   if (t_recovery != nullptr && address >= t_guard_begin && address < t_guard_end) {
     t_fault = address;
+    // The mask the thread had before the signal: the jump below does not restore it, and an
+    // interposed handler (ThreadSanitizer's) blocks every signal while ours runs.
+    t_mask_before_fault = static_cast<const ucontext_t*>(context)->uc_sigmask;
     siglongjmp(*t_recovery, 1);
   }
   // Not a guarded pmem read: behave as if we had never been installed.
@@ -44,8 +51,8 @@ void install_handler_once() {
     struct sigaction action {};
     action.sa_sigaction = on_sigbus;
     sigemptyset(&action.sa_mask);
-    // SA_NODEFER keeps SIGBUS unblocked after we siglongjmp out of the handler, so the jump
-    // buffer need not save the signal mask (sigsetjmp(.., 0) costs no syscall per read).
+    // The jump buffer does not save the signal mask (sigsetjmp(.., 0) costs no syscall per read):
+    // a fault restores the mask from the signal's context instead, the only path that needs it.
     action.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
     sigaction(SIGBUS, &action, &g_previous_action);
   });
@@ -58,6 +65,7 @@ bool guarded_copy(void* dst, const void* src, size_t len, const void** fault_add
   sigjmp_buf recovery;
   if (sigsetjmp(recovery, 0) != 0) {
     t_recovery = nullptr;
+    pthread_sigmask(SIG_SETMASK, &t_mask_before_fault, nullptr);
     *fault_address = t_fault;
     return false;
   }
