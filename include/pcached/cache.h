@@ -65,6 +65,10 @@ struct CacheOptions {
   // Tests: offsets of the region to treat as bad blocks reported at open (offset, length).
   std::vector<std::pair<uint64_t, uint64_t>> injected_bad_ranges;
   std::chrono::milliseconds writeback_interval{5};
+  // Tests: the writeback rate limit's bucket never refills, so that with a rate set only what a
+  // flush, the watermarks, GC or a full cache ask for is written back. (A rate of 1 byte/s alone
+  // still lets one key set through a second after open: on a slow run, before the test looked.)
+  bool freeze_writeback_rate = false;
 };
 
 enum class Op { Read, Write, Flush, Discard, WriteZeroes };

@@ -159,7 +159,9 @@ Writeback::Pace Writeback::pace(const Tunables& tunables) {
                     now - last_activity_ >= std::chrono::milliseconds(tunables.writeback_idle_ms);
   // The token bucket refills at the rate, holding at most one second's worth.
   const double rate = static_cast<double>(tunables.writeback_rate);
-  tokens_ = std::min(rate, tokens_ + rate * std::chrono::duration<double>(now - last_refill_).count());
+  if (!engine_.options_.freeze_writeback_rate) {
+    tokens_ = std::min(rate, tokens_ + rate * std::chrono::duration<double>(now - last_refill_).count());
+  }
   last_refill_ = now;
   // A writer waiting for a free segment: the cache is full, whatever frees room soonest.
   if (tunables.writeback_rate == 0 || eager_ || idle || urgent_.load() > 0 || engine_.segments_->waiters() > 0) {

@@ -51,11 +51,13 @@ struct CacheFiles {
   }
 };
 
-// Writeback practically paused (1 byte/s, never idle): dirty data and pending discards stay as the
-// test leaves them until it flushes.
+// Writeback paused (a rate limit whose bucket never refills, never idle): dirty data and pending
+// discards stay as the test leaves them until it flushes, or the watermarks, GC or a full cache
+// press.
 inline cache::CacheOptions hold_writeback(cache::CacheOptions options) {
   options.tunables.writeback_rate = 1;
   options.tunables.writeback_idle_ms = 0;
+  options.freeze_writeback_rate = true;
   return options;
 }
 

@@ -41,12 +41,10 @@ cache::CacheOptions with_mode(const CacheFiles& files, cache::CacheMode mode) {
   return options;
 }
 
-// Options that hold writeback back: a rate of 1 byte/s, never idle, no high watermark. Data stays
+// Options that hold writeback back: a frozen rate limit, never idle, no high watermark. Data stays
 // dirty until something asks for it to be written back.
 cache::CacheOptions held_back(const CacheFiles& files) {
-  cache::CacheOptions options = files.options(true);
-  options.tunables.writeback_rate = 1;
-  options.tunables.writeback_idle_ms = 0;
+  cache::CacheOptions options = hold_writeback(files.options(true));
   options.tunables.writeback_high = 100;
   return options;
 }
@@ -472,12 +470,10 @@ TEST_CASE("writeback takes the oldest dirty data first, whichever queue wrote it
 
 namespace {
 
-// 64 segments of 1 MiB, writeback practically paused unless dirty data passes 40% (then eager down
+// 64 segments of 1 MiB, writeback paused unless dirty data passes 40% (then eager down
 // to 10%), GC only above 90%.
 cache::CacheOptions paused_unless_eager(const CacheFiles& files) {
-  cache::CacheOptions options = files.options(true);
-  options.tunables.writeback_rate = 1;
-  options.tunables.writeback_idle_ms = 0;
+  cache::CacheOptions options = hold_writeback(files.options(true));
   options.tunables.writeback_low = 10;
   options.tunables.writeback_high = 40;
   options.tunables.gc_threshold = 90;
@@ -598,10 +594,8 @@ TEST_CASE("GC moves dirty data under journaled keys instead of waiting for write
   for (const bool data_crc : {false, true}) {
     DYNAMIC_SECTION("data_crc " << data_crc) {
       CacheFiles files(format::kDataStart + 64 * MiB, 64 * MiB);
-      cache::CacheOptions options = gc_options(files, data_crc);
-      // Writeback all but stopped: nothing but GC can make room, and the data it moves is dirty.
-      options.tunables.writeback_rate = 1;
-      options.tunables.writeback_idle_ms = 0;
+      // Writeback stopped: nothing but GC can make room, and the data it moves is dirty.
+      cache::CacheOptions options = hold_writeback(gc_options(files, data_crc));
       options.tunables.writeback_high = 100;
       auto cache = open_cache(options);
       auto queue = make_queue(*cache);
@@ -671,11 +665,9 @@ TEST_CASE("GC moves data even when the writer keeps waiting for room behind a sl
 TEST_CASE("writeback runs at background CPU priority unless a flush waits or dirty data passed the high watermark",
           "[cache][policy][writeback-control]") {
   CacheFiles files(format::kDataStart + 64 * MiB, 64 * MiB);
-  cache::CacheOptions options = files.options(true);
   // Paused unless pressed: writeback running in the background could otherwise write everything
   // back before the flush waits, and the flush would never need to press.
-  options.tunables.writeback_rate = 1;
-  options.tunables.writeback_idle_ms = 0;
+  cache::CacheOptions options = hold_writeback(files.options(true));
   options.tunables.writeback_low = 10;
   options.tunables.writeback_high = 40;
   options.tunables.gc_threshold = 90;
@@ -807,10 +799,8 @@ bool corrupt_in_region(const CacheFiles& files, const std::vector<std::byte>& da
 TEST_CASE("data_crc: corrupted cached data is an error and a counted event, never served",
           "[cache][policy][data-crc]") {
   CacheFiles files(kRegionBytes, kBackingBytes);
-  cache::CacheOptions options = files.options(true);
+  cache::CacheOptions options = hold_writeback(files.options(true));  // the data stays dirty: no other copy
   options.tunables.data_crc = true;
-  options.tunables.writeback_rate = 1;  // keep the data dirty: it has no other copy
-  options.tunables.writeback_idle_ms = 0;
   options.tunables.writeback_high = 100;
   auto cache = open_cache(options);
   auto queue = make_queue(*cache);
