@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <chrono>
 #include <ctime>
 #include <random>
@@ -132,15 +133,17 @@ Status check_backing(const CacheOptions& options, const Superblock& sb, const ba
 
 }  // namespace
 
+size_t LatencyHistogram::bucket_of(std::chrono::nanoseconds elapsed) {
+  // Bucket i holds spans up to 2^i us: the first i with ns <= 1000 * 2^i, that is with
+  // (ns - 1) / 1000 < 2^i. Integers only: under an emulator (qemu TCG) every floating-point
+  // operation is a call into software floating point, and this runs for every request.
+  static_assert(kLatencyBucketBase == 1e-6, "the bucket arithmetic counts in microseconds");
+  const auto ns = static_cast<uint64_t>(std::max<int64_t>(elapsed.count(), 1));
+  return std::min<size_t>(std::bit_width((ns - 1) / 1000), kLatencyBuckets);
+}
+
 void LatencyHistogram::record(std::chrono::nanoseconds elapsed) {
-  const double seconds = std::chrono::duration<double>(elapsed).count();
-  size_t bucket = 0;
-  double bound = kLatencyBucketBase;
-  while (bucket < kLatencyBuckets && seconds > bound) {
-    ++bucket;
-    bound *= 2;
-  }
-  QueueCounters::bump(counts[bucket]);
+  QueueCounters::bump(counts[bucket_of(elapsed)]);
   QueueCounters::bump(count);
   QueueCounters::bump(sum_ns, static_cast<uint64_t>(elapsed.count()));
 }

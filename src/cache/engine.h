@@ -39,6 +39,8 @@ struct LatencyHistogram {
   std::atomic<uint64_t> count{0};
   std::atomic<uint64_t> sum_ns{0};
   void record(std::chrono::nanoseconds elapsed);
+  // The bucket a span falls in (kLatencyBuckets: slower than the last bound).
+  static size_t bucket_of(std::chrono::nanoseconds elapsed);
   void add_to(LatencySnapshot& snapshot) const;
 };
 

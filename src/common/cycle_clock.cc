@@ -1,5 +1,6 @@
 #include "common/cycle_clock.h"
 
+#include <cmath>
 #include <mutex>
 
 #if defined(__x86_64__)
@@ -8,7 +9,7 @@
 
 namespace pcached {
 
-std::atomic<double> CycleClock::nanoseconds_per_tick_{0};
+std::atomic<uint64_t> CycleClock::nanoseconds_per_tick_{0};
 
 namespace {
 
@@ -43,7 +44,10 @@ void CycleClock::calibrate() {
     const uint64_t tsc_end = __rdtsc();
     if (tsc_end <= tsc_start) return;
     const double nanoseconds = std::chrono::duration<double, std::nano>(wall_end - wall_start).count();
-    nanoseconds_per_tick_.store(nanoseconds / static_cast<double>(tsc_end - tsc_start), std::memory_order_relaxed);
+    const double per_tick = nanoseconds / static_cast<double>(tsc_end - tsc_start) * std::ldexp(1.0, kFractionBits);
+    // At least 1: 0 stands for steady_clock (a TSC over 4e18 Hz would need more fraction bits).
+    nanoseconds_per_tick_.store(std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(per_tick))),
+                                std::memory_order_relaxed);
 #endif
   });
 }

@@ -6,6 +6,7 @@
 // and until calibrate() has run.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -36,17 +37,22 @@ class CycleClock {
   // a caller may mix up its readings).
   static std::chrono::nanoseconds between(Ticks earlier, Ticks later) {
     if (later <= earlier) return std::chrono::nanoseconds(0);
-    const double per_tick = nanoseconds_per_tick_.load(std::memory_order_relaxed);
+    const uint64_t per_tick = nanoseconds_per_tick_.load(std::memory_order_relaxed);
     const Ticks ticks = later - earlier;
     if (per_tick == 0) return std::chrono::steady_clock::duration(ticks);
-    return std::chrono::nanoseconds(static_cast<int64_t>(static_cast<double>(ticks) * per_tick));
+    // Fixed point, not floating point: under an emulator (qemu TCG) each floating-point operation
+    // is a call into software floating point, and this runs twice per request.
+    const unsigned __int128 nanoseconds = (static_cast<unsigned __int128>(ticks) * per_tick) >> kFractionBits;
+    return std::chrono::nanoseconds(static_cast<int64_t>(std::min<unsigned __int128>(nanoseconds, INT64_MAX)));
   }
 
   // Whether readings come from the TSC (for logs and tests).
   static bool uses_tsc() { return nanoseconds_per_tick_.load(std::memory_order_relaxed) != 0; }
 
  private:
-  static std::atomic<double> nanoseconds_per_tick_;  // 0: steady_clock
+  static constexpr unsigned kFractionBits = 32;
+  // Nanoseconds per TSC tick, times 2^kFractionBits (0: steady_clock).
+  static std::atomic<uint64_t> nanoseconds_per_tick_;
 };
 
 }  // namespace pcached

@@ -5,6 +5,7 @@
 
 #include "backing/backing_device.h"
 #include "cache/commit_protocol.h"
+#include "cache/engine.h"
 #include "format/layout.h"
 #include "io/ring.h"
 #include "support/cache_fixture.h"
@@ -639,4 +640,49 @@ TEST_CASE("reads racing with a discard's pass-down see old data or zeros and nev
   INFO(reads.load() << " reads checked in " << round - 1 << " rounds");
   CHECK(reads.load() > 0);
   CHECK(wrong.load() == 0);
+}
+
+TEST_CASE("a request's latency is counted in the first bucket whose bound it does not pass", "[cache][metrics]") {
+  using std::chrono::nanoseconds;
+  using cache::LatencyHistogram;
+  // Bucket i holds spans up to 2^i us; the bounds themselves belong to the bucket below them.
+  CHECK(LatencyHistogram::bucket_of(nanoseconds(0)) == 0);
+  CHECK(LatencyHistogram::bucket_of(nanoseconds(1)) == 0);
+  CHECK(LatencyHistogram::bucket_of(nanoseconds(1000)) == 0);
+  CHECK(LatencyHistogram::bucket_of(nanoseconds(1001)) == 1);
+  CHECK(LatencyHistogram::bucket_of(nanoseconds(2000)) == 1);
+  CHECK(LatencyHistogram::bucket_of(nanoseconds(2001)) == 2);
+  CHECK(LatencyHistogram::bucket_of(nanoseconds(7999)) == 3);
+  CHECK(LatencyHistogram::bucket_of(nanoseconds(8000)) == 3);
+  CHECK(LatencyHistogram::bucket_of(nanoseconds(8001)) == 4);
+  const uint64_t last_bound_ns = uint64_t{1000} << (cache::kLatencyBuckets - 1);  // about 1 s
+  CHECK(LatencyHistogram::bucket_of(nanoseconds(last_bound_ns)) == cache::kLatencyBuckets - 1);
+  // Slower than every bound: the overflow bucket, however slow.
+  CHECK(LatencyHistogram::bucket_of(nanoseconds(last_bound_ns + 1)) == cache::kLatencyBuckets);
+  CHECK(LatencyHistogram::bucket_of(nanoseconds(INT64_MAX)) == cache::kLatencyBuckets);
+  CHECK(LatencyHistogram::bucket_of(nanoseconds(-5)) == 0);  // (a clock read out of order)
+  // Against the bounds the metrics expose: each span lands where a bound-by-bound search puts it.
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 10000; ++i) {
+    const int64_t ns = static_cast<int64_t>(rng() >> (rng() % 64));
+    size_t expected = 0;
+    double bound = cache::kLatencyBucketBase;
+    while (expected < cache::kLatencyBuckets && static_cast<double>(ns) * 1e-9 > bound * (1 + 1e-12)) {
+      ++expected;
+      bound *= 2;
+    }
+    INFO("span " << ns << " ns");
+    REQUIRE(LatencyHistogram::bucket_of(nanoseconds(ns)) == expected);
+  }
+
+  LatencyHistogram histogram;
+  histogram.record(nanoseconds(1500));
+  histogram.record(nanoseconds(1600));
+  histogram.record(nanoseconds(3'000'000'000));
+  cache::LatencySnapshot snapshot;
+  histogram.add_to(snapshot);
+  CHECK(snapshot.counts[1] == 2);
+  CHECK(snapshot.counts[cache::kLatencyBuckets] == 1);
+  CHECK(snapshot.count == 3);
+  CHECK(snapshot.sum_seconds == Approx(3.0000031));
 }
