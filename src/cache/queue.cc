@@ -393,12 +393,17 @@ void EngineQueue::commit_staged_writes() {
     number(keys_);
     commit(keys_);
   }
-  std::vector<StagedWrite> done;
+  // The batch is taken out of staged_ before its completions run, as one may submit again. The
+  // two vectors trade places, keeping their capacity: a batch allocates nothing.
+  std::vector<StagedWrite> done = std::move(spare_staged_);
+  done.clear();
   done.swap(staged_);
   for (const StagedWrite& write : done) {
     write.timing.record();
     write.completion->complete(write.result);
   }
+  done.clear();
+  spare_staged_ = std::move(done);
 }
 
 void EngineQueue::commit_range(const Request& request, format::KeyKind kind) {

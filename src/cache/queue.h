@@ -150,6 +150,7 @@ class EngineQueue final : public CacheQueue {
   };
   bool batching_ = false;
   std::vector<StagedWrite> staged_;
+  std::vector<StagedWrite> spare_staged_;  // (commit_staged_writes)
   bool started_ = false;
   uint32_t open_segment_ = UINT32_MAX;
   uint32_t open_generation_ = 0;
