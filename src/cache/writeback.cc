@@ -14,6 +14,7 @@
 
 #include "cache/engine.h"
 #include "cache/lost_ranges.h"
+#include "cache/reclaim_cost.h"
 #include "common/thread_name.h"
 #include "format/layout.h"
 
@@ -591,16 +592,16 @@ void Writeback::reclaim_journals() {
 }
 
 void Writeback::order_by_cost(std::vector<uint32_t>& candidates) const {
-  // Reclaiming a segment loses the hits its live data would have served: prefer little live data
-  // and little recent use. (live share + a little) x (1 + heat) ranks an empty segment first, and
-  // otherwise a cold full one before a hot one; ties keep the oldest-sealed order.
+  // Ties keep the oldest-sealed order.
   const SegmentActivity& activity = engine_.activity_;
   const double capacity = static_cast<double>((engine_.superblock_.segment_size - format::kSegmentHeaderSize) / kSectorSize);
   std::vector<std::pair<double, uint32_t>> ranked;
   ranked.reserve(candidates.size());
   for (uint32_t segment : candidates) {
-    const double live = static_cast<double>(activity.live_sectors(segment)) / capacity;
-    ranked.emplace_back((live + 0.05) * (1.0 + activity.heat(segment)), segment);
+    const uint64_t live = activity.live_sectors(segment);
+    ranked.emplace_back(reclaim_cost(static_cast<double>(live) / capacity, activity.heat(segment),
+                                     relocation_.worth_moving(live)),
+                        segment);
   }
   std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (size_t i = 0; i < ranked.size(); ++i) candidates[i] = ranked[i].second;
