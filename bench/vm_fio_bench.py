@@ -113,8 +113,8 @@ PAIRED = r"""
 # Both devices at once, each over its own half of the virtio disk (dm-linear), and runs of one job
 # alternating between them: the host's drift, which moves a single run by +-30 %, falls on both
 # runs of a pair alike. The order alternates from pair to pair (ABBA), so that neither side always
-# runs second. While dm-writecache runs, pcachedd is stopped (SIGSTOP): none of pcached's
-# background work (GC, writeback) lands in dm-writecache's time, so each side pays for its own.
+# runs second. While the reference runs, pcachedd is stopped (SIGSTOP): none of pcached's
+# background work (GC, writeback) lands in the reference's time, so each side pays for its own.
 sectors=$(blockdev --getsz /dev/vda); half=$((sectors / 2))
 /sbin/dmsetup create back0 --noudevsync --table "0 $half linear /dev/vda 0"
 /sbin/dmsetup create back1 --noudevsync --table "0 $half linear /dev/vda $half"
@@ -123,21 +123,20 @@ cache=$(pcached add --cache /dev/dax0.0 --backing /dev/mapper/back0 --format --f
 # Stopped, pcached would find its device idle for seconds at every start (it counts idleness by the
 # clock), and write back at full speed in its own runs: idle writeback is off, the rest default.
 pcached set cache0 writeback_idle_ms 0 >/dev/null
-dd if=/dev/zero of=$pmem bs=1M count=4 conv=fsync 2>/dev/null
-/sbin/dmsetup create wc --noudevsync --table "0 $half writecache p /dev/mapper/back1 $pmem 4096 0" || { dmesg | tail -5; exit 1; }
-/sbin/dmsetup mknodes wc
-[ -b "$cache" ] && [ -b /dev/mapper/wc ] || { echo "paired: no devices"; exit 1; }
-prefill $cache
-prefill /dev/mapper/wc
 daemon=$(pidof pcachedd)
+REFERENCE_SETUP
+[ -b "$cache" ] && [ -b "$reference" ] || { echo "paired: no devices"; exit 1; }
+prefill $cache
+prefill $reference
 kill -STOP $daemon
+reference_pause
 run_pair() {  # job fio-args
-  order="pcached writecache"; [ $((pair % 2)) = 0 ] && order="writecache pcached"
+  order="pcached REFERENCE"; [ $((pair % 2)) = 0 ] && order="REFERENCE pcached"
   for target in $order; do
     if [ $target = pcached ]; then
       kill -CONT $daemon; run_job pcached $cache "$@"; kill -STOP $daemon
     else
-      run_job writecache /dev/mapper/wc "$@"
+      reference_run run_job REFERENCE $reference "$@"
     fi
   done
 }
@@ -147,18 +146,58 @@ done
 kill -CONT $daemon
 pcached status cache0 | grep -E "^  (writes|writeback|gc) " | sed "s/^ */STATUS pcached paired: /"
 # Nothing may be writing to the disk when the VM powers off (the kernel would log I/O errors): the
-# daemon exits, leaving what it has not written back on pmem, and dm-writecache is suspended, which
-# stops its writeback.
+# daemons exit, leaving what they have not written back on pmem, and dm-writecache is suspended,
+# which stops its writeback.
 kill -TERM $daemon
 while kill -0 $daemon 2>/dev/null; do sleep 0.1; done
-/sbin/dmsetup suspend --noudevsync wc
+reference_end
+"""
+
+# The reference of --paired: dm-writecache on the fsdax namespace over the other half of the disk.
+WRITECACHE_REFERENCE = r"""
+dd if=/dev/zero of=$pmem bs=1M count=4 conv=fsync 2>/dev/null
+/sbin/dmsetup create wc --noudevsync --table "0 $half writecache p /dev/mapper/back1 $pmem 4096 0" || { dmesg | tail -5; exit 1; }
+/sbin/dmsetup mknodes wc
+reference=/dev/mapper/wc
+reference_pause() { :; }
+reference_run() { "$@"; }
+reference_end() { /sbin/dmsetup suspend --noudevsync wc; }
+"""
+
+# The reference of --paired --against: another pcachedd build (an A/B of two builds), with its own
+# socket and state, on a devdax namespace made of the second one, stopped while pcached runs as
+# pcached is while it runs.
+AGAINST_REFERENCE = r"""
+other_namespace=$(ndctl list -N | grep -o '"dev":"namespace0\.[1-9]"' | head -1 | cut -d'"' -f4)
+ndctl create-namespace -f -e $other_namespace -m devdax >/dev/null
+other_dax=$(ls /dev/dax0.* | grep -v '^/dev/dax0\.0$' | head -1)
+pcachedd-against --socket /run/pcached/against.sock --state-dir /var/lib/pcached-against \
+    --metrics-address 127.0.0.1:9470 >/tmp/against.log 2>&1 &
+other=$!
+for i in $(seq 100); do [ -S /run/pcached/against.sock ] && break; sleep 0.1; done
+reference=$(pcached --socket /run/pcached/against.sock add --cache $other_dax --backing /dev/mapper/back1 --format --force) ||
+    { cat /tmp/against.log; exit 1; }
+pcached --socket /run/pcached/against.sock set cache0 writeback_idle_ms 0 >/dev/null
+# (Stopped only once prefilled: its I/O would wait for it.)
+reference_pause() { kill -STOP $other; }
+reference_run() { kill -CONT $other; "$@"; kill -STOP $other; }
+reference_end() {
+  kill -CONT $other
+  pcached --socket /run/pcached/against.sock status cache0 | grep -E "^  (writes|writeback|gc) " |
+      sed "s/^ */STATUS against paired: /"
+  kill -TERM $other
+  while kill -0 $other 2>/dev/null; do sleep 0.1; done
+}
 """
 
 
 def report_pairs(args, samples, status):
     """The --paired figures: each pair's ratio, and their median (the host's drift between pairs
     does not enter it)."""
-    pairs = {job: list(zip(samples.get(("pcached", job), []), samples.get(("writecache", job), []))) for job in PAIRED_JOBS}
+    reference = "against" if args.against else "writecache"
+    reference_title = "the other build" if args.against else "dm-writecache"
+    reference_key = "against" if args.against else "dm_writecache"
+    pairs = {job: list(zip(samples.get(("pcached", job), []), samples.get((reference, job), []))) for job in PAIRED_JOBS}
     # A run that did no I/O counts as missing: it has no ratio.
     incomplete = [job for job, runs in pairs.items()
                   if len(runs) != args.paired or not all(a and b for a, b in runs)]
@@ -167,21 +206,25 @@ def report_pairs(args, samples, status):
         return 1
     ratios = {job: [a / b for a, b in runs] for job, runs in pairs.items()}
     summary = {job: {"pcached_median_iops": statistics.median(a for a, _ in runs),
-                     "dm_writecache_median_iops": statistics.median(b for _, b in runs),
+                     f"{reference_key}_median_iops": statistics.median(b for _, b in runs),
                      "median_pair_ratio": statistics.median(ratios[job]),
                      "pairs_at_or_above_1": sum(r >= 1.0 for r in ratios[job])}
                for job, runs in pairs.items()}
     if args.json:
-        print(json.dumps({"benchmark": "vm-fio-paired", "unit": "IOPS", "pairs": args.paired,
-                          "runs": {job: {"pcached": [a for a, _ in runs], "dm_writecache": [b for _, b in runs]}
-                                   for job, runs in pairs.items()},
-                          "pcached_vs_dm_writecache_per_pair": ratios, "summary": summary,
-                          "pcached_status": status}, indent=2))
+        report = {"benchmark": "vm-fio-paired", "unit": "IOPS", "pairs": args.paired,
+                  "runs": {job: {"pcached": [a for a, _ in runs], reference_key: [b for _, b in runs]}
+                           for job, runs in pairs.items()},
+                  f"pcached_vs_{reference_key}_per_pair": ratios, "summary": summary, "pcached_status": status}
+        if args.against:
+            report["against"] = args.against
+        print(json.dumps(report, indent=2))
         return 0
-    print(f"\nfio in the VM (TCG): pcached and dm-writecache side by side, {args.paired} pairs of runs")
-    print(f"{'job':<20} {'pcached':>10} {'dm-wc':>10} {'median pair ratio':>18} {'pairs >= 1':>11}  per pair")
+    print(f"\nfio in the VM (TCG): pcached ({args.pcachedd}) and {reference_title}"
+          f"{' (' + args.against + ')' if args.against else ''} side by side, {args.paired} pairs of runs")
+    print(f"{'job':<20} {'pcached':>10} {'other' if args.against else 'dm-wc':>10} {'median pair ratio':>18} "
+          f"{'pairs >= 1':>11}  per pair")
     for job, row in summary.items():
-        print(f"{job:<20} {row['pcached_median_iops']:>10.0f} {row['dm_writecache_median_iops']:>10.0f} "
+        print(f"{job:<20} {row['pcached_median_iops']:>10.0f} {row[reference_key + '_median_iops']:>10.0f} "
               f"{row['median_pair_ratio']:>18.2f} {row['pairs_at_or_above_1']:>6}/{args.paired:<4}  "
               + " ".join(f"{r:.2f}" for r in ratios[job]))
     for line in status:
@@ -200,8 +243,13 @@ def main():
     parser.add_argument("--paired", type=int, metavar="N",
                         help="instead of the rounds: N pairs of runs of the goal's jobs, pcached and dm-writecache "
                              "set up side by side and alternating (the ratio within each pair)")
+    parser.add_argument("--against", metavar="PCACHEDD",
+                        help="with --paired: against another pcachedd build instead of dm-writecache (an A/B of two "
+                             "builds, each with its own devdax namespace and half of the disk)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.against and not args.paired:
+        parser.error("--against goes with --paired")
     ublk_null = args.ublk_null or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(args.pcachedd))),
                                                "bench", "pcached-ublk-null")
     if not os.path.exists(ublk_null):
@@ -210,7 +258,9 @@ def main():
     if args.paired:
         fio_of = dict(JOBS)
         pair_lines = "\n".join(f"  run_pair {name} {fio_of[name]}" for name in PAIRED_JOBS)
-        script_text = (SETUP + PAIRED).replace("PAIRLINES", pair_lines).replace("PAIRS", str(args.paired))
+        script_text = (SETUP + PAIRED).replace("REFERENCE_SETUP", AGAINST_REFERENCE if args.against else WRITECACHE_REFERENCE)
+        script_text = script_text.replace("REFERENCE", "against" if args.against else "writecache")
+        script_text = script_text.replace("PAIRLINES", pair_lines).replace("PAIRS", str(args.paired))
     else:
         job_lines = "\n".join(f"    run_job $target $dev {name} {fio}" for name, fio in JOBS)
         script_text = (SETUP + ROUND_ROBIN).replace("JOBLINES", job_lines).replace("ROUNDS", str(args.rounds)).replace(
@@ -228,7 +278,13 @@ def main():
         stdout = sys.stdout
         if sink:
             sys.stdout = sink
-        result = machine.run(script, pmem, disk, binaries=[args.pcachedd, args.pcached, ublk_null], timeout=3600)
+        binaries = [args.pcachedd, args.pcached, ublk_null]
+        if args.against:
+            # In the guest under a name of its own.
+            against = os.path.join(scratch, "pcachedd-against")
+            shutil.copy(args.against, against)
+            binaries.append(against)
+        result = machine.run(script, pmem, disk, binaries=binaries, timeout=3600)
         sys.stdout = stdout
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
