@@ -29,12 +29,7 @@ job 0 0x11111111 --do_verify=0
 pcached flush cache0
 echo "region A written and written back"
 
-swap_table() {
-  dmsetup suspend --noudevsync backing
-  dmsetup load backing --table "$1"
-  dmsetup resume --noudevsync backing
-}
-swap_table "0 $sectors error"
+swap_dm_table backing "0 $sectors error"
 echo "backing device gone (dm error target)"
 
 job 64M 0x22222222 --do_verify=0
@@ -62,7 +57,7 @@ test -b "$dev"
 pcached list | grep -q ublkb0
 echo "remove refused; the device keeps running"
 
-swap_table "0 $sectors linear /dev/vda 0"
+swap_dm_table backing "0 $sectors linear /dev/vda 0"
 echo "backing device back"
 pcached flush cache0
 status_json | grep -q '"stalled":false'

@@ -2,13 +2,7 @@
 # (page granularity: only with --allow-volatile-region).
 . /guest_lib.sh
 trap show_daemon_log EXIT
-ndctl disable-region all >/dev/null
-ndctl init-labels -f all >/dev/null
-ndctl enable-region all >/dev/null
-ndctl create-namespace -r region0 -m fsdax -s 512M >/dev/null
-pmem=$(ls /dev/pmem0* | head -1)
-/sbin/mke2fs -q -t ext4 -b 4096 -F "$pmem"
-mkdir -p /pmem && mount -t ext4 -o dax "$pmem" /pmem
+mount_fsdax 512M /pmem
 pcached pmem list
 dd if=/dev/zero of=/pmem/cache.img bs=1M count=256 2>/dev/null
 start_daemon

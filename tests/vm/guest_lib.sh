@@ -9,6 +9,24 @@ make_devdax() {
   test -c /dev/dax0.0
 }
 
+# An fsdax namespace of size $1 with ext4 on it, mounted with -o dax on $2; sets PMEM_DISK (pmem0).
+mount_fsdax() {
+  ndctl disable-region all >/dev/null
+  ndctl init-labels -f all >/dev/null
+  ndctl enable-region all >/dev/null
+  ndctl create-namespace -r region0 -m fsdax -s "$1" >/dev/null
+  PMEM_DISK=$(basename "$(ls /dev/pmem0* | head -1)")
+  /sbin/mke2fs -q -t ext4 -b 4096 -F "/dev/$PMEM_DISK"
+  mkdir -p "$2" && mount -t ext4 -o dax "/dev/$PMEM_DISK" "$2"
+}
+
+# Replaces the table of device-mapper device $1 with $2 under running I/O (the device stays open).
+swap_dm_table() {
+  dmsetup suspend --noudevsync "$1"
+  dmsetup load "$1" --table "$2"
+  dmsetup resume --noudevsync "$1"
+}
+
 start_daemon() {
   pcachedd --state-dir /var/lib/pcached "$@" >/tmp/pcachedd.log 2>&1 &
   DAEMON_PID=$!

@@ -29,7 +29,7 @@ PACKAGES = ["qemu-system-x86", "busybox-static", "ndctl", "daxctl", "fio", "kmod
 MODULES = ["libnvdimm", "nd_btt", "nd_pmem", "nd_e820", "nfit", "device_dax", "dax_pmem", "dm-mod", "dm-writecache",
            "ublk_drv", "virtio_blk", "loop", "ext4", "null_blk"]
 GUEST_TOOLS = ["/usr/bin/fio", "/usr/bin/ndctl", "/usr/bin/daxctl", "/sbin/mke2fs", "/sbin/e2fsck", "/sbin/blkdiscard",
-               "/sbin/dmsetup", "/sbin/losetup", "/usr/bin/md5sum", "/usr/bin/cmp"]
+               "/sbin/dmsetup", "/sbin/losetup", "/sbin/filefrag", "/usr/bin/md5sum", "/usr/bin/cmp"]
 EXIT_MARKER = re.compile(r"PCACHED_VM_EXIT=(\d+)")
 
 INIT = r"""#!/bin/busybox sh
