@@ -36,6 +36,7 @@ const char* name_of(uint32_t nr) {
     case ControlCommand::StartUserRecovery: return "START_USER_RECOVERY";
     case ControlCommand::EndUserRecovery: return "END_USER_RECOVERY";
     case ControlCommand::GetFeatures: return "GET_FEATURES";
+    case ControlCommand::DelDevAsync: return "DEL_DEV_ASYNC";
   }
   return "unknown";
 }
@@ -88,23 +89,27 @@ Result<std::unique_ptr<ControlDevice>> ControlDevice::open(const std::string& pa
 
 Result<int> ControlDevice::send(uint32_t command, ublksrv_ctrl_cmd cmd, std::chrono::seconds timeout) {
   std::lock_guard lock(mutex_);
-  Waiter waiter;
-  io_uring_sqe* sqe = ring_->prepare(&waiter);
+  auto waiter = std::make_unique<Waiter>();
+  io_uring_sqe* sqe = ring_->prepare(waiter.get());
   sqe->opcode = IORING_OP_URING_CMD;
   sqe->fd = fd_.get();
   sqe->cmd_op = command;
   std::memcpy(io::Ring::command_area(sqe), &cmd, sizeof cmd);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!waiter.done) {
+  while (!waiter->done) {
     if (std::chrono::steady_clock::now() > deadline) {
-      // The command is still in the kernel; the waiter must outlive it, so this is fatal.
-      spdlog::critical("ublk control command {:#x} did not complete in {} s", command, timeout.count());
-      std::abort();
+      // The command is still in the kernel and completes into its waiter whenever it ends (a
+      // later command's wait dispatches it): the waiter is left to it, a few bytes, rather than
+      // taking the daemon and every other device down.
+      spdlog::error("ublk control command {:#x} did not complete in {} s; left pending in the kernel", command,
+                    timeout.count());
+      (void)waiter.release();
+      return Status::error(ETIMEDOUT, "no answer from the driver in " + std::to_string(timeout.count()) + " s");
     }
     ring_->wait_and_dispatch(std::chrono::milliseconds(200));
   }
-  if (waiter.result < 0) return Status::error(-waiter.result, std::strerror(-waiter.result));
-  return waiter.result;
+  if (waiter->result < 0) return Status::error(-waiter->result, std::strerror(-waiter->result));
+  return waiter->result;
 }
 
 Result<int> ControlDevice::command(uint32_t nr, const ublksrv_ctrl_cmd& cmd, const std::string& what) {
@@ -161,6 +166,19 @@ Status ControlDevice::stop(uint32_t dev_id) {
 Status ControlDevice::remove(uint32_t dev_id) {
   return command(static_cast<uint32_t>(ControlCommand::DelDev), for_device(dev_id), "device " + std::to_string(dev_id))
       .status();
+}
+
+Status ControlDevice::remove_without_waiting(uint32_t dev_id) {
+  if (ioctl_encoded_) {
+    auto result = send(control_opcode(ControlCommand::DelDevAsync, true), for_device(dev_id));
+    // Kernels before 6.9 do not know it (EOPNOTSUPP; EINVAL, ENOTTY elsewhere).
+    const int code = result.ok() ? 0 : result.status().code();
+    if (code != EOPNOTSUPP && code != EINVAL && code != ENOTTY) {
+      if (result.ok()) return Status();
+      return result.status().with_context("ublk DEL_DEV_ASYNC (device " + std::to_string(dev_id) + ")");
+    }
+  }
+  return remove(dev_id);
 }
 
 Status ControlDevice::start_recovery(uint32_t dev_id) {

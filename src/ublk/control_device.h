@@ -42,7 +42,12 @@ class ControlDevice {
   Result<DeviceInfo> info(uint32_t dev_id);
   Status start(uint32_t dev_id, int32_t pid);  // waits until every tag of every queue is fetched
   Status stop(uint32_t dev_id);
+  // DEL_DEV: returns once the device's number is free, i.e. once the last opener of /dev/ublkbN
+  // and of /dev/ublkcN has let go.
   Status remove(uint32_t dev_id);
+  // DEL_DEV_ASYNC where the kernel has it: the device goes at once, its number once the last
+  // opener lets go. Elsewhere DEL_DEV.
+  Status remove_without_waiting(uint32_t dev_id);
   Status start_recovery(uint32_t dev_id);  // retried while the old server's state is being torn down
   Status end_recovery(uint32_t dev_id, int32_t pid);
   Result<std::vector<int>> queue_affinity(uint32_t dev_id, uint16_t queue);

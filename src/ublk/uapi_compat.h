@@ -26,6 +26,7 @@ enum class ControlCommand : uint32_t {
   StartUserRecovery = 0x10,
   EndUserRecovery = 0x11,
   GetFeatures = 0x13,  // 6.5+, ioctl form only
+  DelDevAsync = 0x14,  // 6.9+, ioctl form only: DEL_DEV without waiting for the last reference
 };
 
 // The opcode to send: the ioctl form where the kernel understands it (6.4+), else the legacy one.
@@ -33,7 +34,8 @@ constexpr uint32_t control_opcode(ControlCommand command, bool ioctl_encoded) {
   const auto nr = static_cast<uint32_t>(command);
   if (!ioctl_encoded) return nr;
   const bool reads_only = command == ControlCommand::GetQueueAffinity || command == ControlCommand::GetDevInfo ||
-                          command == ControlCommand::GetParams || command == ControlCommand::GetFeatures;
+                          command == ControlCommand::GetParams || command == ControlCommand::GetFeatures ||
+                          command == ControlCommand::DelDevAsync;
   return reads_only ? ioctl_read(nr, sizeof(ublksrv_ctrl_cmd)) : ioctl_read_write(nr, sizeof(ublksrv_ctrl_cmd));
 }
 

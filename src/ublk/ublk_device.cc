@@ -165,7 +165,9 @@ Status UblkDevice::remove() {
   // the last reference to /dev/ublkcN, so that DEL_DEV does not wait forever.
   queues_.clear();
   char_fd_.reset();
-  Status removed = control_.remove(info_.id);
+  // Whoever still had the disk open (a program that opened it after the daemon checked) sees EIO
+  // from now on; the daemon does not wait for it to let go.
+  Status removed = control_.remove_without_waiting(info_.id);
   if (removed.ok()) spdlog::info("{}: removed", block_device());
   return removed.ok() ? stopped : removed;
 }
