@@ -225,6 +225,12 @@ Result<nlohmann::json> Daemon::remove(const nlohmann::json& args, const Progress
   if (Status busy = refuse_if_busy(managed); !busy.ok()) return busy;
   const std::string name = managed.config.name;
   const std::string device = managed.device ? managed.device->name() : "";
+  // Refused before anything is written back; remove() checks again once it is.
+  if (managed.device) {
+    if (Status busy = managed.device->check_unused(); !busy.ok()) {
+      return busy.with_context("cache " + name + " not removed; " + device + " keeps running");
+    }
+  }
   if (managed.cache && !no_flush.value()) {
     // Written back while the device still runs: if the backing device cannot take the data (it
     // failed or went away), the remove is refused and the device keeps serving from the cache.

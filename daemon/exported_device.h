@@ -25,8 +25,11 @@ class ExportedDevice {
   // The device's own fields for `status`: the frontend, and what it was set up with.
   virtual nlohmann::json describe() const = 0;
 
+  // EBUSY, naming the user, while something besides the cache uses the device: a filesystem
+  // mounted on it, a program that has it open, an in-process queue.
+  virtual Status check_unused() const = 0;
   // Stops serving: in-flight I/O completes and no queue of the cache remains afterwards, so the
-  // cache may detach. A device still in use is refused and keeps serving.
+  // cache may detach. A device still in use (check_unused) is refused and keeps serving.
   virtual Status remove() = 0;
 
   // A queue on the device for the calling thread, and only for it: the in-process frontend's way

@@ -27,7 +27,7 @@ class InProcessFrontend::Device final : public ExportedDevice {
             {"open_queues", open_queues()}};
   }
 
-  Status remove() override {
+  Status check_unused() const override {
     // The engine may detach only once no queue of it is left; a queue is the in-process user
     // of the device, so one still open means the device is in use.
     if (const size_t open = open_queues(); open != 0) {
@@ -35,6 +35,7 @@ class InProcessFrontend::Device final : public ExportedDevice {
     }
     return Status();
   }
+  Status remove() override { return check_unused(); }
 
   Result<std::shared_ptr<frontend::SyncQueue>> open_queue() override {
     // As many queues as the device was set up with, as a ublk device has as many hardware queues.

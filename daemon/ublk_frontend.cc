@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "ublk/device_users.h"
 #include "ublk/ublk_device.h"
 
 namespace pcached::daemon {
@@ -19,7 +20,11 @@ class UblkExport final : public ExportedDevice {
     return {{"kind", "ublk"}, {"id", info.id}, {"queues", info.queues}, {"depth", info.depth},
             {"max_io_bytes", info.max_io_bytes}, {"queue_cpus", device_->queue_cpus()}};
   }
-  Status remove() override { return device_->remove(); }
+  Status check_unused() const override { return ublk::ensure_unused(name()); }
+  Status remove() override {
+    if (Status busy = check_unused(); !busy.ok()) return busy;
+    return device_->remove();
+  }
   Result<std::shared_ptr<frontend::SyncQueue>> open_queue() override {
     return Status::error(ENOTSUP, name() + ": I/O goes through the block device, not an in-process queue");
   }

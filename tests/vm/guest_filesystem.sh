@@ -1,5 +1,6 @@
-# Scenarios 2 and 5: ext4 on /dev/ublkbN, files with known checksums, remount and e2fsck; then
-# remove the cache (writing everything back) and find the same files on the backing disk alone.
+# Scenarios 2 and 5: ext4 on /dev/ublkbN, files with known checksums, remount and e2fsck; remove
+# refused while the device is mounted or open; then remove the cache (writing everything back) and
+# find the same files on the backing disk alone.
 . /guest_lib.sh
 trap show_daemon_log EXIT
 make_devdax 512M
@@ -17,7 +18,22 @@ umount /mnt
 mount -t ext4 "$dev" /mnt
 (cd /mnt && md5sum -c /tmp/sums >/dev/null)
 echo "remounted: checksums match"
+# A device in use is not pulled out from under its users: remove is refused, and the device, the
+# daemon and the filesystem go on.
+refused_in_use() {
+  if pcached remove cache0 2>/tmp/refusal; then echo "remove succeeded although $1"; exit 1; fi
+  cat /tmp/refusal
+  grep -q "is in use: $2" /tmp/refusal
+  kill -0 "$DAEMON_PID"
+  pcached list | grep -q ublkb0
+}
+refused_in_use "ext4 is mounted on $dev" "a filesystem is mounted on it"
+(cd /mnt && md5sum -c /tmp/sums >/dev/null)
 umount /mnt
+exec 3<"$dev"
+refused_in_use "a program has $dev open" "process [0-9]* (sh) has it open"
+exec 3<&-
+echo "remove refused while mounted and while open"
 pcached remove cache0
 # The cache is gone: the backing disk alone must hold every byte.
 /sbin/e2fsck -f -n /dev/vda
