@@ -436,16 +436,21 @@ void Daemon::interrupt_write_backs() {
   }
 }
 
-void Daemon::remove_all() {
+size_t Daemon::remove_all() {
   std::vector<std::string> names;
   {
     std::lock_guard lock(mutex_);
     for (const auto& [name, managed] : caches_) names.push_back(name);
   }
+  size_t left = 0;
   for (const std::string& name : names) {
     auto result = remove(nlohmann::json{{"name", name}});
-    if (!result.ok()) spdlog::error("cache {}: {}", name, result.status().message());
+    if (!result.ok()) {
+      spdlog::error("cache {}: {}", name, result.status().message());
+      ++left;
+    }
   }
+  return left;
 }
 
 }  // namespace pcached::daemon

@@ -40,8 +40,9 @@ class Daemon {
   std::string handle(const std::string& request_text, const Progress& progress = {});
   // Each cache's statistics, for the metrics endpoint.
   std::vector<metrics::CacheSample> samples() const;
-  // Removes every device, writing back dirty data (used with --remove-on-exit).
-  void remove_all();
+  // Removes every device, writing back dirty data (used with --remove-on-exit). Returns how many
+  // caches are left: those whose device is in use or whose data could not be written back.
+  size_t remove_all();
   // Makes the flushes and removes that are writing back now give up, and refuses new ones
   // (their clients get ECANCELED, the dirty data stays on pmem): the daemon is exiting and leaves
   // the caches to the next one.

@@ -141,8 +141,11 @@ int main(int argc, char** argv) {
   if (!remove_on_exit) daemon.value()->interrupt_write_backs();
   server.value().reset();
   if (remove_on_exit) {
-    daemon.value()->remove_all();
-    return 0;
+    const size_t left = daemon.value()->remove_all();
+    if (left == 0) return 0;
+    // Destroying them would pull the devices out from under their users: they are left as on
+    // any other exit.
+    spdlog::warn("{} cache(s) could not be removed", left);
   }
   // Leave the devices to the next pcachedd: the driver holds their I/O until it recovers them.
   // Everything acknowledged is durable already, so there is nothing to write on the way out.

@@ -28,6 +28,14 @@ refused_in_use() {
   pcached list | grep -q ublkb0
 }
 refused_in_use "ext4 is mounted on $dev" "a filesystem is mounted on it"
+# Nor does a daemon leaving with --remove-on-exit: the device stays for the next one to recover.
+kill "$DAEMON_PID" && wait "$DAEMON_PID"
+start_daemon --remove-on-exit
+for i in $(seq 100); do pcached list 2>/dev/null | grep -q ublkb0 && break; sleep 0.1; done
+kill "$DAEMON_PID" && wait "$DAEMON_PID"
+grep -q "1 cache(s) could not be removed" /tmp/pcachedd.log
+start_daemon
+for i in $(seq 100); do pcached list 2>/dev/null | grep -q ublkb0 && break; sleep 0.1; done
 (cd /mnt && md5sum -c /tmp/sums >/dev/null)
 umount /mnt
 exec 3<"$dev"
