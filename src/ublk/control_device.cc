@@ -170,13 +170,12 @@ Status ControlDevice::remove(uint32_t dev_id) {
 
 Status ControlDevice::remove_without_waiting(uint32_t dev_id) {
   if (ioctl_encoded_) {
-    auto result = send(control_opcode(ControlCommand::DelDevAsync, true), for_device(dev_id));
-    // Kernels before 6.9 do not know it (EOPNOTSUPP; EINVAL, ENOTTY elsewhere).
-    const int code = result.ok() ? 0 : result.status().code();
-    if (code != EOPNOTSUPP && code != EINVAL && code != ENOTTY) {
-      if (result.ok()) return Status();
-      return result.status().with_context("ublk DEL_DEV_ASYNC (device " + std::to_string(dev_id) + ")");
-    }
+    Status status = command(static_cast<uint32_t>(ControlCommand::DelDevAsync), for_device(dev_id),
+                            "device " + std::to_string(dev_id))
+                        .status();
+    // Kernels before 6.9 do not know it (EOPNOTSUPP; EINVAL or ENOTTY elsewhere): DEL_DEV then.
+    const int code = status.code();
+    if (status.ok() || (code != EOPNOTSUPP && code != EINVAL && code != ENOTTY)) return status;
   }
   return remove(dev_id);
 }

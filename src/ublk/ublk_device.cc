@@ -158,8 +158,11 @@ std::vector<std::vector<int>> UblkDevice::queue_cpus() const {
 }
 
 Status UblkDevice::remove() {
-  removed_ = true;
   Status stopped = control_.stop(info_.id);
+  // STOP_DEV still pending: requests the queues have not committed yet, so joining them now would
+  // hang. The device stays (and is stopped again on the next remove, or when destroyed).
+  if (stopped.code() == ETIMEDOUT) return stopped.with_context(block_device());
+  removed_ = true;
   if (!stopped.ok()) spdlog::warn("{}: {}", block_device(), stopped.message());
   // Queue threads end once every tag is aborted; their rings and mappings go with them, and then
   // the last reference to /dev/ublkcN, so that DEL_DEV does not wait forever.

@@ -23,7 +23,6 @@ job() {
     { cat /tmp/fio.out; return 1; }
 }
 status_json() { pcached --json status cache0 | tr -d ' \n'; }
-metric() { wget -qO- http://127.0.0.1:9469/metrics | grep "^$1{" | sed 's/.* //'; }
 
 job 0 0x11111111 --do_verify=0
 pcached flush cache0
@@ -37,8 +36,8 @@ echo "region B written into the cache while the backing device is gone"
 for i in $(seq 150); do status_json | grep -q '"stalled":true' && break; sleep 0.2; done
 status_json | grep -q '"stalled":true' || { pcached status cache0; exit 1; }
 pcached status cache0
-errors=$(metric pcached_writeback_errors_total)
-stalled=$(metric pcached_writeback_stalled)
+errors=$(scrape_metric pcached_writeback_errors_total)
+stalled=$(scrape_metric pcached_writeback_stalled)
 echo "metrics: pcached_writeback_errors_total=$errors pcached_writeback_stalled=$stalled"
 [ "$stalled" = 1 ] || exit 1
 [ "$errors" -gt 0 ] || exit 1
@@ -61,7 +60,7 @@ swap_dm_table backing "0 $sectors linear /dev/vda 0"
 echo "backing device back"
 pcached flush cache0
 status_json | grep -q '"stalled":false'
-[ "$(metric pcached_writeback_stalled)" = 0 ] || exit 1
+[ "$(scrape_metric pcached_writeback_stalled)" = 0 ] || exit 1
 pcached remove cache0
 dmsetup remove --noudevsync backing
 # The backing disk alone: both regions as written.

@@ -27,6 +27,9 @@ swap_dm_table() {
   dmsetup resume --noudevsync "$1"
 }
 
+# The value of metric $1 (a series without labels, or the first one) from the daemon's endpoint.
+scrape_metric() { wget -qO- http://127.0.0.1:9469/metrics | grep "^$1{" | sed 's/.* //'; }
+
 start_daemon() {
   pcachedd --state-dir /var/lib/pcached "$@" >/tmp/pcachedd.log 2>&1 &
   DAEMON_PID=$!

@@ -20,7 +20,6 @@ add_cache() {
   dev=$(pcached add --cache /pmem/cache.img --backing /dev/mapper/backing --name media --set sequential_cutoff=0 "$@")
 }
 status_field() { pcached --json status media | tr -d ' \n' | sed -n "s/.*\"$1\":{[^}]*\"$2\":\([0-9]*\).*/\1/p"; }
-metric() { wget -qO- http://127.0.0.1:9469/metrics | grep "^$1{" | sed 's/.* //'; }
 
 # The 64 KiB blocks of the device that fail to read, as a list; every other one must hold the
 # reference data.
@@ -90,7 +89,7 @@ set -- $failed
 [ $# = 2 ] || { echo "expected the blocks of two poisoned pages to fail, not:$failed"; exit 1; }
 dirty_lost=$failed
 grep -q "media error at offset" /tmp/pcachedd.log
-[ "$(metric pcached_pmem_bad_ranges)" = 2 ] || { pcached status media; exit 1; }
+[ "$(scrape_metric pcached_pmem_bad_ranges)" = 2 ] || { pcached status media; exit 1; }
 echo "dirty data on bad pages fails its reads; the daemon is up"
 
 # Writeback cannot read that data: it is recorded as lost, and its reads keep failing once the
