@@ -66,6 +66,11 @@ unsigned Ring::drain_completions() {
 }
 
 unsigned Ring::wait_and_dispatch(std::chrono::nanoseconds timeout) {
+  // What the handlers prepared since the last call (a queue's COMMIT_AND_FETCH commands, which
+  // complete the application's requests) goes out before the next completions are dispatched,
+  // not after: their handlers may take a while (a batch of writes copied to pmem). The same
+  // system call runs the task work that has come in (the driver handing over the next requests).
+  if (io_uring_sq_ready(&ring_) > 0) io_uring_submit_and_get_events(&ring_);
   unsigned count = drain_completions();
   if (count > 0) {
     submit();  // what the handlers just prepared

@@ -36,9 +36,10 @@ class Ring {
   bool big_sqes() const { return sqe_bytes_ == 128; }
   // Hands prepared SQEs to the kernel; returns how many.
   unsigned submit();
-  // Submits, waits up to timeout for at least one completion, dispatches every completion that is
-  // there. Returns the number dispatched. With a poll time set, it first spins that long for a
-  // completion or for task work (the kernel handing over a request) before it sleeps.
+  // Submits what is prepared (before it dispatches anything), waits up to timeout for at least one
+  // completion, dispatches every completion that is there. Returns the number dispatched. With a
+  // poll time set, it first spins that long for a completion or for task work (the kernel handing
+  // over a request) before it sleeps.
   unsigned wait_and_dispatch(std::chrono::nanoseconds timeout);
   // How long wait_and_dispatch() spins before it sleeps (0: never). The spin only sees task work
   // on rings set up with IORING_SETUP_TASKRUN_FLAG; otherwise it waits for completions alone.

@@ -81,3 +81,33 @@ TEST_CASE("a ring spins for its poll time before it sleeps, and not at all witho
   // slice is counted at the next scheduler tick, so a read can be a tick behind.
   CHECK(spinning_runnable >= 150ms);
 }
+
+TEST_CASE("a ring submits what was prepared before it dispatches the next completions", "[io]") {
+  // As a ublk queue's loop has it: the last batch's COMMIT_AND_FETCH commands are prepared, and
+  // the next requests are already there. The commands must reach the kernel before the next
+  // requests' handlers run (copying a batch of writes takes a while), not after.
+  auto ring = Ring::create(8);
+  REQUIRE(ring.ok());
+  Ring& r = *ring.value();
+  struct SeesSubmitted final : CompletionHandler {
+    Ring* ring = nullptr;
+    int completions = 0;
+    unsigned unsubmitted_seen = 0;
+    void on_completion(int) override {
+      ++completions;
+      unsubmitted_seen += io_uring_sq_ready(ring->native());
+    }
+  } earlier;
+  earlier.ring = &r;
+  io_uring_prep_nop(r.prepare(&earlier));
+  REQUIRE(r.submit() == 1);  // its completion is waiting in the ring now
+
+  Counter prepared;
+  io_uring_prep_nop(r.prepare(&prepared));
+  // Both completions in one call: the NOP completes as it is submitted.
+  CHECK(r.wait_and_dispatch(1s) == 2);
+  CHECK(earlier.completions == 1);
+  CHECK(earlier.unsubmitted_seen == 0);
+  CHECK(prepared.completions == 1);
+  CHECK(r.in_flight() == 0);
+}
