@@ -135,6 +135,9 @@ struct CacheStats {
   // bypass), their failures, and flushes forwarded to the device because of them.
   uint64_t direct_writes = 0, direct_write_errors = 0, backing_flushes = 0;
   uint64_t writeback_bytes = 0, writeback_batches = 0, writeback_errors = 0;
+  // Keys writeback passed without an index lookup: their sectors' bits showed all of their data
+  // replaced, trimmed or discarded since.
+  uint64_t writeback_dead_keys_skipped = 0;
   uint64_t backing_read_errors = 0, media_errors = 0;
   uint64_t data_crc_errors = 0;  // read hits whose data did not match its checksum (data_crc)
   uint64_t gc_runs = 0, segments_reclaimed = 0, writer_waits = 0;

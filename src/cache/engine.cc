@@ -205,10 +205,11 @@ Engine::Engine(const CacheOptions& options, std::unique_ptr<pmem::Region> region
       superblock_(superblock),
       segments_(std::make_unique<SegmentTable>(superblock.segment_count)),
       activity_(superblock.data_start, superblock.segment_size, superblock.segment_count),
+      live_(superblock.data_start, superblock.segment_size, superblock.segment_count),
       contents_(superblock.segment_count),
       checksums_(superblock.data_start, superblock.segment_size),
       tunables_(options.tunables) {
-  index_.track(&activity_, &contents_);
+  index_.track(&activity_, &live_, &contents_);
 }
 
 Engine::~Engine() { stop_background(); }

@@ -13,6 +13,7 @@
 #include "backing/backing_device.h"
 #include "cache/control_store.h"
 #include "cache/data_checksums.h"
+#include "cache/live_sectors.h"
 #include "cache/extent_index.h"
 #include "cache/journal.h"
 #include "cache/promotion_filter.h"
@@ -101,6 +102,7 @@ class Engine final : public Cache {
   // (Its contents list goes first: the segment's next user notes its own.)
   void release_segment(uint32_t segment) {
     contents_.forget(segment);
+    live_.untrace(segment);
     segments_->release(segment, segment_has_bad_block(segment));
     if (options_.segment_released) options_.segment_released(segment);
   }
@@ -114,6 +116,7 @@ class Engine final : public Cache {
   std::unique_ptr<ControlStore> control_;
   std::unique_ptr<SegmentTable> segments_;
   SegmentActivity activity_;  // live data and heat per segment, for GC's choice
+  LiveSectors live_;          // which sectors hold live data, for writeback's and GC's scans
   SegmentContents contents_;  // which sectors each segment holds data for, for GC's index lookups
   DataChecksums checksums_;   // data_crc
   ExtentIndex index_;

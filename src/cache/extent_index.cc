@@ -49,6 +49,19 @@ void for_each_stripe(uint64_t sector, uint64_t sectors, Fn fn) {
 
 }  // namespace
 
+void ExtentIndex::account(Shard& shard, const Extent& extent, uint64_t location, uint64_t sectors, bool removed) {
+  const int64_t change = removed ? -static_cast<int64_t>(sectors) : static_cast<int64_t>(sectors);
+  if (extent.counts_as_cached()) shard.sectors.fetch_add(static_cast<uint64_t>(change), std::memory_order_relaxed);
+  if (!extent.has_data()) return;
+  if (activity_ != nullptr) activity_->add_live(location, change);
+  if (live_ == nullptr) return;
+  if (removed) {
+    live_->clear(location, sectors);
+  } else {
+    live_->set(location, sectors);
+  }
+}
+
 void ExtentIndex::erase_range(Shard& shard, uint64_t begin, uint64_t end, uint64_t newer_than_seq,
                               std::vector<std::pair<uint64_t, uint64_t>>* kept) {
   Map& map = shard.map;
@@ -65,8 +78,8 @@ void ExtentIndex::erase_range(Shard& shard, uint64_t begin, uint64_t end, uint64
     }
     it = map.erase(it);
     shard.extents.fetch_sub(1, std::memory_order_relaxed);
-    const uint64_t removed = std::min(stop, end) - std::max(start, begin);
-    account(shard, extent, -static_cast<int64_t>(removed));
+    const uint64_t from = std::max(start, begin);
+    account(shard, extent, location_at(extent, start, from), std::min(stop, end) - from, /*removed=*/true);
     if (start < begin) {
       Extent left = extent;
       left.sectors = static_cast<uint32_t>(begin - start);
@@ -94,12 +107,12 @@ void ExtentIndex::insert_in_stripe(Shard& shard, uint64_t begin, uint64_t end, u
     const Extent extent{static_cast<uint32_t>(end - begin), flags, located(location, flags), seq};
     shard.map.emplace_hint(it, begin, extent);
     shard.extents.fetch_add(1, std::memory_order_relaxed);
-    account(shard, extent, static_cast<int64_t>(end - begin));
+    account(shard, extent, /*removed=*/false);
     return;
   } else if (it->first == begin && end_of(*it) == end && it->second.seq <= seq) {
-    account(shard, it->second, -static_cast<int64_t>(end - begin));
+    account(shard, it->second, /*removed=*/true);
     it->second = Extent{static_cast<uint32_t>(end - begin), flags, located(location, flags), seq};
-    account(shard, it->second, static_cast<int64_t>(end - begin));
+    account(shard, it->second, /*removed=*/false);
     return;
   }
   thread_local std::vector<std::pair<uint64_t, uint64_t>> kept;
@@ -114,7 +127,7 @@ void ExtentIndex::insert_in_stripe(Shard& shard, uint64_t begin, uint64_t end, u
     extent.seq = seq;
     shard.map.emplace(from, extent);
     shard.extents.fetch_add(1, std::memory_order_relaxed);
-    account(shard, extent, static_cast<int64_t>(to - from));
+    account(shard, extent, /*removed=*/false);
   };
   for (const auto& [kept_begin, kept_end] : kept) {
     if (cursor < kept_begin) add(cursor, kept_begin);
@@ -217,9 +230,12 @@ ExtentIndex::Map::iterator ExtentIndex::relocate_extent(Shard& shard, Map::itera
       return std::next(it);
     case Relocation::Action::Move:
       changed = true;
-      account(shard, extent, -static_cast<int64_t>(extent.sectors));
+      account(shard, extent, /*removed=*/true);
+      // The data of the key that wrote it is elsewhere now: the bits of its old segment no longer
+      // say whether that key has anything left.
+      if (live_ != nullptr) live_->untrace_segment_of(extent.location);
       extent.location = relocation.location;
-      account(shard, extent, extent.sectors);
+      account(shard, extent, /*removed=*/false);
       note_placed(extent.location, it->first, it->first + extent.sectors);
       return std::next(it);
     case Relocation::Action::Evict:
@@ -227,7 +243,7 @@ ExtentIndex::Map::iterator ExtentIndex::relocate_extent(Shard& shard, Map::itera
   }
   changed = true;
   evicted += extent.sectors;
-  account(shard, extent, -static_cast<int64_t>(extent.sectors));
+  account(shard, extent, /*removed=*/true);
   shard.extents.fetch_sub(1, std::memory_order_relaxed);
   return shard.map.erase(it);
 }

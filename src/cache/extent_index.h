@@ -20,6 +20,7 @@
 #include <span>
 #include <vector>
 
+#include "cache/live_sectors.h"
 #include "cache/segment_activity.h"
 #include "cache/segment_contents.h"
 
@@ -148,11 +149,12 @@ class ExtentIndex {
   // Cached sectors written by keys at or above seq: the dirty data, given the clean horizon.
   uint64_t sectors_at_or_above(uint64_t seq) const;
 
-  // Keeps activity's live-sector counts in step with every extent that holds data in the region,
-  // and notes in contents where each piece of data is placed (activity says which segment a
-  // location is in). Set once, before any other use.
-  void track(SegmentActivity* activity, SegmentContents* contents) {
+  // Keeps activity's live-sector counts and the live sectors' bits in step with every extent that
+  // holds data in the region, and notes in contents where each piece of data is placed (activity
+  // says which segment a location is in). Set once, before any other use.
+  void track(SegmentActivity* activity, LiveSectors* live, SegmentContents* contents) {
     activity_ = activity;
+    live_ = live;
     contents_ = contents;
   }
 
@@ -178,20 +180,21 @@ class ExtentIndex {
   Map::iterator relocate_extent(Shard& shard, Map::iterator it, Relocator relocate, uint64_t& evicted, bool& changed);
   void erase_range(Shard& shard, uint64_t begin, uint64_t end, uint64_t newer_than_seq,
                    std::vector<std::pair<uint64_t, uint64_t>>* kept);
-  // Keeps the shard's cached-sector count and the segments' live data in step with a change of
-  // `sectors` (negative: removed) of extent.
-  void account(Shard& shard, const Extent& extent, int64_t sectors) {
-    if (extent.counts_as_cached()) shard.sectors.fetch_add(static_cast<uint64_t>(sectors), std::memory_order_relaxed);
-    if (activity_ != nullptr && extent.has_data()) activity_->add_live(extent.location, sectors);
+  // Keeps the shard's cached-sector count and the segments' live data in step with `sectors` of
+  // extent, starting at `location` (the extent's own or further in), added or (removed) taken away.
+  void account(Shard& shard, const Extent& extent, uint64_t location, uint64_t sectors, bool removed);
+  void account(Shard& shard, const Extent& extent, bool removed) {
+    account(shard, extent, extent.location, extent.sectors, removed);
   }
 
   // Data of [begin, end) was placed at location.
   void note_placed(uint64_t location, uint64_t begin, uint64_t end) {
-    if (contents_ != nullptr) contents_->note(activity_->segment_of(location), begin, end - begin);
+    if (contents_ != nullptr) contents_->note(activity_->segment_of(location), begin, end - begin, location);
   }
 
   std::array<Shard, kShards> shards_;
   SegmentActivity* activity_ = nullptr;
+  LiveSectors* live_ = nullptr;
   SegmentContents* contents_ = nullptr;
 };
 

@@ -235,6 +235,7 @@ bool EngineQueue::place(uint32_t sectors, bool wait, Placement& placement) {
     open_segment_ = *segment;
     open_max_dirty_ = 0;
     open_generation_ = engine_.segments_->info(*segment).generation;
+    engine_.live_.trace(open_segment_, open_generation_);
     open_offset_ = format::kSegmentHeaderSize;
     engine_.activity_.touch(engine_.superblock_.segment_offset(open_segment_));
     // The new generation is durable before any key can name it: a key and its data share a fence,

@@ -2,24 +2,31 @@
 
 #include <algorithm>
 
+#include "format/layout.h"
+
 namespace pcached::cache {
 
-void SegmentContents::note(uint32_t index, uint64_t sector, uint64_t sectors) {
+void SegmentContents::note(uint32_t index, uint64_t sector, uint64_t sectors, uint64_t location) {
   Segment& segment = segments_[index];
   std::lock_guard lock(segment.mutex);
-  if (!segment.ranges.empty() && segment.ranges.back().end() == sector) {
-    segment.ranges.back().sectors += sectors;
-    return;
+  if (!segment.placed.empty()) {
+    Placed& last = segment.placed.back();
+    if (last.range.end() == sector && last.location + last.range.sectors * format::kSectorSize == location) {
+      last.range.sectors += sectors;
+      return;
+    }
   }
-  segment.ranges.push_back({sector, sectors});
+  segment.placed.push_back({{sector, sectors}, location});
 }
 
-std::vector<SectorRange> SegmentContents::ranges(const std::vector<uint32_t>& segments) const {
+std::vector<SectorRange> SegmentContents::ranges(const std::vector<uint32_t>& segments, const LiveSectors* live) const {
   std::vector<SectorRange> all;
   for (uint32_t index : segments) {
     const Segment& segment = segments_[index];
     std::lock_guard lock(segment.mutex);
-    all.insert(all.end(), segment.ranges.begin(), segment.ranges.end());
+    for (const Placed& placed : segment.placed) {
+      if (live == nullptr || live->any(placed.location, placed.range.sectors)) all.push_back(placed.range);
+    }
   }
   std::sort(all.begin(), all.end(), [](const SectorRange& a, const SectorRange& b) { return a.sector < b.sector; });
   std::vector<SectorRange> merged;
@@ -35,8 +42,8 @@ std::vector<SectorRange> SegmentContents::ranges(const std::vector<uint32_t>& se
 
 void SegmentContents::forget(uint32_t segment) {
   std::lock_guard lock(segments_[segment].mutex);
-  segments_[segment].ranges.clear();
-  segments_[segment].ranges.shrink_to_fit();
+  segments_[segment].placed.clear();
+  segments_[segment].placed.shrink_to_fit();
 }
 
 }  // namespace pcached::cache

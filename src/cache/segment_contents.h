@@ -9,12 +9,18 @@
 // (under the index shard's lock, as the extent is placed) and a list is forgotten only when its
 // segment holds no live data (GC's release). A range written right after the previous one extends
 // it, so sequential data costs one entry per segment.
+//
+// Each range keeps where its data went: under a steady overwrite load most of a victim's ranges
+// hold nothing live any more, and the live sectors' bits (live_sectors.h) drop those before GC
+// sorts the rest and looks them up in the index.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <vector>
+
+#include "cache/live_sectors.h"
 
 namespace pcached::cache {
 
@@ -29,17 +35,22 @@ class SegmentContents {
  public:
   explicit SegmentContents(uint32_t count) : segments_(std::make_unique<Segment[]>(count)) {}
 
-  // The data of [sector, sector+sectors) was placed in `segment`.
-  void note(uint32_t segment, uint64_t sector, uint64_t sectors);
+  // The data of [sector, sector+sectors) was placed in `segment`, at region offset `location`.
+  void note(uint32_t segment, uint64_t sector, uint64_t sectors, uint64_t location);
   // What the segments were given, sorted and merged: a superset of the sectors whose data is there.
-  std::vector<SectorRange> ranges(const std::vector<uint32_t>& segments) const;
+  // With `live`, without the ranges whose data has all died since.
+  std::vector<SectorRange> ranges(const std::vector<uint32_t>& segments, const LiveSectors* live = nullptr) const;
   // The segment holds no live data any more (it is being released).
   void forget(uint32_t segment);
 
  private:
+  struct Placed {
+    SectorRange range;
+    uint64_t location;
+  };
   struct Segment {
     mutable std::mutex mutex;
-    std::vector<SectorRange> ranges;  // in the order noted
+    std::vector<Placed> placed;  // in the order noted
   };
 
   std::unique_ptr<Segment[]> segments_;

@@ -124,6 +124,7 @@ void Writeback::add_to(CacheStats& stats) const {
   stats.writeback_bytes = bytes_.load();
   stats.writeback_batches = batches_.load();
   stats.writeback_errors = errors_.load();
+  stats.writeback_dead_keys_skipped = dead_keys_skipped_.load();
   stats.writeback_lost_bytes = lost_bytes_.load();
   stats.gc_runs = gc_runs_.load();
   stats.segments_reclaimed = reclaimed_.load();
@@ -311,6 +312,15 @@ bool Writeback::take_key_set(const std::vector<format::Key>& keys, uint64_t hori
     if (key.kind == format::KeyKind::WrittenThrough && key.seq >= engine_.run_first_seq_) {
       // Its data reached the device before the key was written: only the flush is owed.
       batch.written_through = true;
+      continue;
+    }
+    // Most keys writeback passes under a steady load were replaced long ago: their sectors' bits
+    // say so without a lookup (data is placed, and its bits set, before its key is published).
+    if (format::has_data(key.kind) &&
+        engine_.live_.dead(key.segment, key.generation,
+                           engine_.superblock_.segment_offset(key.segment) + uint64_t{key.offset_sectors} * kSectorSize,
+                           key.sectors)) {
+      dead_keys_skipped_.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
     // The parts of the key no newer key has replaced, copied while the shard lock keeps them from
@@ -696,7 +706,7 @@ void Writeback::collect_garbage(const Tunables& tunables) {
   };
   std::vector<uint32_t> segments;  // for the contents lists and the log
   for (const Victim& victim : victims) segments.push_back(victim.segment);
-  uint64_t evicted = engine_.index_.reclaim(engine_.contents_.ranges(segments), in_victim, relocate);
+  uint64_t evicted = engine_.index_.reclaim(engine_.contents_.ranges(segments, &engine_.live_), in_victim, relocate);
   // The live counts are kept apart from the contents lists: a victim they say still holds data
   // means a placement was never noted. Its data must not be lost with the segment: look everywhere.
   const bool missed = std::ranges::any_of(victims, [&](const Victim& victim) {

@@ -166,6 +166,9 @@ std::vector<MetricFamily> cache_families(const std::vector<CacheSample>& caches)
   }
   gauge("pcached_writeback_eager", "1 while dirty data is above the high watermark, on its way to the low one.",
         [](const S& s) { return s.writeback_eager ? 1 : 0; });
+  counter("pcached_writeback_dead_keys_skipped_total",
+          "Journal keys writeback passed without an index lookup, all of their data replaced since.",
+          [](const S& s) { return s.writeback_dead_keys_skipped; });
   counter("pcached_gc_runs_total", "Segment garbage collection runs.", [](const S& s) { return s.gc_runs; });
   counter("pcached_gc_reclaimed_segments_total", "Segments reclaimed by GC.", [](const S& s) { return s.segments_reclaimed; });
   counter("pcached_gc_moved_bytes_total", "Live data GC moved out of the segments it reclaimed, rather than evicting it.",
