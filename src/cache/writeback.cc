@@ -491,6 +491,7 @@ bool Writeback::write_back_batch(size_t budget, uint64_t seq_limit) {
     const int result = write_and_flush(pieces);
     if (result != 0) {
       errors_.fetch_add(1);
+      write_failures_.fetch_add(1);
       stalled_ = true;
       ++consecutive_failures_;
       {
@@ -749,14 +750,14 @@ void Writeback::interrupt_waits() {
 
 Status Writeback::write_back_everything(const std::function<void(uint64_t dirty_bytes)>& progress) {
   const uint64_t target = engine_.next_seq_.load();
-  const uint64_t failures_before = errors_.load();
+  const uint64_t failures_before = write_failures_.load();
   // Someone waits: no rate limit until it is done.
   urgent_.fetch_add(1);
   kick();
   std::unique_lock lock(mutex_);
   auto done = [&] {
     return stop_ || interrupted_ || engine_.clean_horizon_.load() >= target ||
-           errors_.load() - failures_before >= kFailuresBeforeGivingUp;
+           write_failures_.load() - failures_before >= kFailuresBeforeGivingUp;
   };
   while (!progress_.wait_for(lock, std::chrono::milliseconds(250), done)) {
     if (!progress) continue;

@@ -171,6 +171,9 @@ class Writeback {
   std::atomic<uint64_t> bytes_{0}, batches_{0}, errors_{0}, gc_runs_{0}, reclaimed_{0}, evicted_bytes_{0},
       index_searches_{0};
   std::atomic<uint64_t> dead_keys_skipped_{0};
+  // Batches the backing device failed to take (errors_ counts data lost to media errors too):
+  // what makes a flush give up.
+  std::atomic<uint64_t> write_failures_{0};
   // Dirty data whose only copy hit a media error, and the segments that hold it (never reclaimed
   // during this attach). Touched by the worker thread only.
   std::atomic<uint64_t> lost_bytes_{0};

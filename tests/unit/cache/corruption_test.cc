@@ -354,6 +354,27 @@ TEST_CASE("bad dirty data fails its reads with EIO, before and after writeback, 
   cache.abandon();
 }
 
+TEST_CASE("a flush that finds much dirty data lost to media errors still completes: the backing device is fine",
+          "[cache][badblocks]") {
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  make_dirty_cache(files);
+  // The first 8 writes' pages: more losses than the failures a flush takes before giving up.
+  auto opened = try_open(with_bad_block(files, first_write_location(files) & ~uint64_t{4095}, 8 * 4096));
+  REQUIRE(opened.ok());
+  cache::Cache& cache = *opened.value();
+  // And the first write to the backing device fails: the flush must wait for the retry.
+  cache.backing_faults().writes.count = 1;
+  const Status flushed = cache.flush_all();
+  CHECK(flushed.ok());
+  INFO(flushed.message());
+  CHECK(cache.stats().writeback_lost_bytes == 8 * 8 * kSector);
+  auto queue = make_queue(cache);
+  std::vector<std::byte> buffer(8 * kSector);
+  for (uint64_t i = 0; i < 20; ++i) CHECK(queue->read(i * 64, 8, buffer.data()) == (i < 8 ? -EIO : 8 * 512));
+  queue.reset();
+  cache.abandon();
+}
+
 TEST_CASE("dirty data lost to a media error keeps failing its reads after a crash, a restart or a clean detach, "
           "until it is written again",
           "[cache][badblocks]") {
