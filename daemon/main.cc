@@ -19,6 +19,7 @@
 #include "daemon/control_server.h"
 #include "daemon/daemon.h"
 #include "metrics/cache_collector.h"
+#include "pmem/memory_failure.h"
 
 #include <prometheus/exposer.h>
 
@@ -92,6 +93,10 @@ int main(int argc, char** argv) {
   const bool in_process = frontend == "in-process";
   // In-process caches have no block device that anything could mount.
   if (!in_process) leave_shared_mount_namespace();
+
+  // Before any cache attaches: a page of a region that goes bad from now on is known at once.
+  auto memory_failures = pmem::MemoryFailureMonitor::start();
+  if (!memory_failures.ok()) spdlog::warn("{}", memory_failures.status().message());
 
   daemon::DaemonOptions options;
   options.state_dir = state_dir;

@@ -90,6 +90,9 @@ class Region {
   std::vector<BadRange> bad_ranges() const;
   bool overlaps_bad_range(uint64_t offset, uint64_t len) const;
   void mark_bad(uint64_t offset, uint64_t len) const;
+  // The kernel reported [offset, offset+len) as failed before anything read it (an early
+  // memory-failure report, memory_failure.h): marked bad like a page whose read faulted.
+  void record_memory_failure(uint64_t offset, uint64_t len) const;
   uint64_t media_errors() const { return media_errors_.load(std::memory_order_relaxed); }
 
  private:

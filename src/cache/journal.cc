@@ -180,8 +180,16 @@ Status JournalWriter::start(pmem::PmemWriter& writer, bool wait) {
   return Status();
 }
 
+bool JournalWriter::fits(size_t bytes) const {
+  // Room for the link behind the key set too, on good media: where a memory failure was reported
+  // ahead, the link that moves on to a new segment is written where this set would have gone.
+  return position_.offset + bytes + kLinkSize <= superblock_.segment_size &&
+         !region_.overlaps_bad_range(superblock_.segment_offset(position_.segment) + position_.offset,
+                                     bytes + kLinkSize);
+}
+
 bool JournalWriter::reserve(pmem::PmemWriter& writer, size_t bytes) {
-  if (position_.offset + bytes + kLinkSize <= superblock_.segment_size) return true;
+  if (fits(bytes)) return true;
   return bytes + kLinkSize + format::kSegmentHeaderSize <= superblock_.segment_size && advance(writer, /*wait=*/false);
 }
 
@@ -235,7 +243,7 @@ void JournalWriter::stage(pmem::PmemWriter& writer, std::span<const format::Key>
   for (size_t first = 0; first < keys.size(); first += format::kMaxKeysPerSet) {
     const auto set = keys.subspan(first, std::min<size_t>(format::kMaxKeysPerSet, keys.size() - first));
     const size_t size = format::encoded_key_set_size(set.size());
-    if (position_.offset + size + kLinkSize > superblock_.segment_size) advance(writer);
+    if (!fits(size)) advance(writer);
     const uint64_t region_offset = superblock_.segment_offset(position_.segment) + position_.offset;
     const size_t begin = staged_bytes_.size();
     staged_bytes_.resize(begin + size);

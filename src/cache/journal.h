@@ -128,6 +128,8 @@ class JournalWriter {
   uint32_t slot() const { return slot_; }
 
  private:
+  // Whether a key set of `bytes` and a link behind it go into the current segment here.
+  bool fits(size_t bytes) const;
   // Moves to a new segment, linking it from the current one; waits for a free one unless
   // `wait` is false (then false if none is).
   bool advance(pmem::PmemWriter& writer, bool wait = true);

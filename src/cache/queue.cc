@@ -228,6 +228,13 @@ uint64_t EngineQueue::location_of(const format::Key& key) const {
 
 bool EngineQueue::place(uint32_t sectors, bool wait, Placement& placement) {
   const uint64_t segment_size = engine_.superblock_.segment_size;
+  // The rest of the open segment is given up where a memory failure was reported in it: nothing
+  // is ever written onto a known bad page (GC retires the segment once it has emptied it).
+  if (open_segment_ != UINT32_MAX && open_offset_ < segment_size &&
+      engine_.region_->overlaps_bad_range(engine_.superblock_.segment_offset(open_segment_) + open_offset_,
+                                          std::min<uint64_t>(uint64_t{sectors} * kSectorSize, segment_size - open_offset_))) {
+    open_offset_ = segment_size;
+  }
   if (open_segment_ == UINT32_MAX || open_offset_ >= segment_size) {
     const auto segment = engine_.segments_->allocate(SegmentUse::Data, wait);
     if (!segment) return false;

@@ -4,11 +4,12 @@
 
 namespace pcached::cache {
 
-void SegmentTable::rebuild_free_list(const std::function<bool(uint32_t)>& is_bad) {
+void SegmentTable::rebuild_free_list(std::function<bool(uint32_t)> is_bad) {
   std::lock_guard lock(mutex_);
+  is_bad_ = std::move(is_bad);
   free_.clear();
   for (uint32_t i = 0; i < segments_.size(); ++i) {
-    if (segments_[i].use == SegmentUse::Bad || (segments_[i].use == SegmentUse::Free && is_bad(i))) {
+    if (segments_[i].use == SegmentUse::Bad || (segments_[i].use == SegmentUse::Free && is_bad_(i))) {
       segments_[i].use = SegmentUse::Bad;
     } else if (segments_[i].use == SegmentUse::Free) {
       free_.push_back(i);
@@ -19,16 +20,21 @@ void SegmentTable::rebuild_free_list(const std::function<bool(uint32_t)>& is_bad
 
 std::optional<uint32_t> SegmentTable::allocate(SegmentUse use, bool wait) {
   std::unique_lock lock(mutex_);
-  if (free_.empty() && wait && !shut_down_) {
-    waiters_.fetch_add(1, std::memory_order_relaxed);
-    total_waits_.fetch_add(1, std::memory_order_relaxed);
-    freed_.wait(lock, [&] { return !free_.empty() || shut_down_; });
-    waiters_.fetch_sub(1, std::memory_order_relaxed);
+  uint32_t segment = 0;
+  for (;;) {
+    if (free_.empty() && wait && !shut_down_) {
+      waiters_.fetch_add(1, std::memory_order_relaxed);
+      total_waits_.fetch_add(1, std::memory_order_relaxed);
+      freed_.wait(lock, [&] { return !free_.empty() || shut_down_; });
+      waiters_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    if (free_.empty()) return std::nullopt;
+    segment = free_.front();
+    free_.pop_front();
+    free_count_ = static_cast<uint32_t>(free_.size());
+    if (!is_bad_ || !is_bad_(segment)) break;
+    segments_[segment].use = SegmentUse::Bad;
   }
-  if (free_.empty()) return std::nullopt;
-  const uint32_t segment = free_.front();
-  free_.pop_front();
-  free_count_ = static_cast<uint32_t>(free_.size());
   SegmentInfo& info = segments_[segment];
   info.use = use;
   ++info.generation;

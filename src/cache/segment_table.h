@@ -33,12 +33,14 @@ class SegmentTable {
   uint32_t count() const { return static_cast<uint32_t>(segments_.size()); }
 
   // Set-up (recovery), before any concurrent use. Free segments for which is_bad holds are
-  // retired instead of listed.
+  // retired instead of listed; is_bad is kept for allocate().
   SegmentInfo& at(uint32_t segment) { return segments_[segment]; }
-  void rebuild_free_list(const std::function<bool(uint32_t)>& is_bad);
+  void rebuild_free_list(std::function<bool(uint32_t)> is_bad);
 
   // Takes a free segment for `use`, bumping its generation; waits while there is none unless
   // `wait` is false (then nullopt). Returns the segment; its new generation is in info(segment).
+  // A free segment that went bad since it was listed (a memory failure reported while nothing
+  // lived in it) is retired on the way, never handed out.
   std::optional<uint32_t> allocate(SegmentUse use, bool wait);
   // No more writes go into the segment; max_dirty_seq is the newest key whose data is in it
   // (its writer tracks that while the segment is open: GC never looks at open segments).
@@ -72,6 +74,7 @@ class SegmentTable {
   std::condition_variable freed_;
   std::vector<SegmentInfo> segments_;
   std::deque<uint32_t> free_;
+  std::function<bool(uint32_t)> is_bad_;
   uint64_t seal_counter_ = 0;
   bool shut_down_ = false;
   std::atomic<uint32_t> free_count_{0};  // free_.size(), readable without the lock

@@ -1,6 +1,7 @@
 #include "pmem/media_read.h"
 
 #include <atomic>
+#include <cerrno>
 #include <csetjmp>
 #include <csignal>
 #include <cstring>
@@ -8,6 +9,8 @@
 
 #include <pthread.h>
 #include <ucontext.h>
+
+#include "pmem/memory_failure.h"
 
 namespace pcached::pmem {
 
@@ -24,6 +27,14 @@ thread_local sigset_t t_mask_before_fault;
 struct sigaction g_previous_action;
 
 void on_sigbus(int signo, siginfo_t* info, void* context) {
+  // An early report names a page that went bad, not a load that faulted: whatever this thread
+  // is copying is not involved.
+  if (info->si_code == BUS_MCEERR_AO) {
+    const int saved_errno = errno;
+    const bool queued = queue_memory_failure_report(info->si_addr, info->si_addr_lsb);
+    errno = saved_errno;
+    if (queued) return;
+  }
   const char* address = static_cast<const char*>(info->si_addr);
   if (t_recovery != nullptr && address >= t_guard_begin && address < t_guard_end) {
     t_fault = address;
@@ -45,7 +56,9 @@ void on_sigbus(int signo, siginfo_t* info, void* context) {
   raise(SIGBUS);
 }
 
-void install_handler_once() {
+}  // namespace
+
+void install_sigbus_handler() {
   static std::once_flag once;
   std::call_once(once, [] {
     struct sigaction action {};
@@ -58,10 +71,8 @@ void install_handler_once() {
   });
 }
 
-}  // namespace
-
 bool guarded_copy(void* dst, const void* src, size_t len, const void** fault_address) {
-  install_handler_once();
+  install_sigbus_handler();
   sigjmp_buf recovery;
   if (sigsetjmp(recovery, 0) != 0) {
     t_recovery = nullptr;

@@ -12,4 +12,9 @@ namespace pcached::pmem {
 // anywhere else keeps its default (fatal) meaning.
 bool guarded_copy(void* dst, const void* src, size_t len, const void** fault_address);
 
+// Installs the process's SIGBUS handler (once; guarded_copy does it on first use). Besides faults
+// of guarded copies, it takes early memory-failure reports (BUS_MCEERR_AO) to the monitor of
+// memory_failure.h when one runs.
+void install_sigbus_handler();
+
 }  // namespace pcached::pmem

@@ -16,6 +16,7 @@
 #include "pmem/badblocks.h"
 #include "pmem/pmem2_errors.h"
 #include "pmem/media_read.h"
+#include "pmem/memory_failure.h"
 
 namespace pcached::pmem {
 
@@ -212,12 +213,14 @@ Result<std::unique_ptr<Region>> Region::open(const RegionOptions& options) {
 
   region->map_ = map.release();
   region->fd_ = fd.release();
+  track_region(*region);
   spdlog::info("pmem region {}: {} {}, {} granularity, alignment {}", path, to_string(region->identity_.kind),
                format_size(size), to_string(granularity), format_size(alignment));
   return region;
 }
 
 Region::~Region() {
+  untrack_region(*this);
   if (map_ != nullptr) pmem2_map_delete(&map_);
   UniqueFd closer(fd_);
 }
@@ -242,6 +245,12 @@ Status Region::read(uint64_t offset, void* dst, size_t len) const {
   spdlog::error("pmem region {}: media error at offset {} (read of {} bytes at {}); page marked bad", path(),
                 fault_offset, len, offset);
   return Status::error(EIO, "pmem region " + path() + ": media error at offset " + std::to_string(fault_offset));
+}
+
+void Region::record_memory_failure(uint64_t offset, uint64_t len) const {
+  mark_bad(offset, len);
+  media_errors_.fetch_add(1, std::memory_order_relaxed);
+  spdlog::error("pmem region {}: memory failure reported at offset {} ({} bytes); marked bad", path(), offset, len);
 }
 
 std::vector<BadRange> Region::bad_ranges() const {

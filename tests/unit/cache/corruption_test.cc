@@ -1,16 +1,22 @@
 // Damage to each metadata structure: open either recovers from the other copy or refuses with a
 // message that names what is damaged. It never serves wrong data.
 #include <fcntl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <array>
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <csignal>
+#include <fstream>
+#include <thread>
 
 #include "backing/backing_device.h"
 #include "format/control_area.h"
 #include "format/key_set.h"
 #include "format/layout.h"
 #include "format/superblock.h"
+#include "pmem/memory_failure.h"
 #include "support/cache_fixture.h"
 #include "support/reference_model.h"
 
@@ -494,6 +500,121 @@ TEST_CASE("a free segment with a bad block is retired and never written", "[cach
   CHECK(cache->stats().segments_bad == 1);
   CHECK(cache->stats().media_errors == 0);
   CHECK(cache->stats().gc_runs > 0);
+  queue.reset();
+  REQUIRE(cache->detach(false).ok());
+}
+
+// Memory failures the kernel reports at run time, before anything reads the page (early reports,
+// src/pmem/memory_failure.h), sent here by the test to itself as the kernel sends them.
+namespace {
+
+// Where this process maps the region file (libpmem2 maps it whole, from offset 0).
+std::byte* mapping_of(const std::string& path) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.size() < path.size() || line.compare(line.size() - path.size(), path.size(), path) != 0) continue;
+    return reinterpret_cast<std::byte*>(std::stoull(line.substr(0, line.find('-')), nullptr, 16));
+  }
+  FAIL("the region " << path << " is not mapped");
+  return nullptr;
+}
+
+void report_memory_failure(const CacheFiles& files, uint64_t offset) {
+  REQUIRE(::getpid() == static_cast<pid_t>(::syscall(SYS_gettid)));  // a positive si_code goes only to oneself
+  siginfo_t info{};
+  info.si_signo = SIGBUS;
+  info.si_code = BUS_MCEERR_AO;
+  info.si_addr = mapping_of(files.region.path()) + offset;
+  info.si_addr_lsb = 12;
+  REQUIRE(::syscall(SYS_rt_tgsigqueueinfo, ::getpid(), ::getpid(), SIGBUS, &info) == 0);
+}
+
+void await_bad_ranges(const cache::Cache& cache, uint64_t count) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (cache.stats().bad_ranges < count) {
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a page reported failing under a running cache: its dirty data fails with EIO, its clean data comes "
+          "from the backing device",
+          "[cache][badblocks]") {
+  auto monitor = pmem::MemoryFailureMonitor::start();
+  REQUIRE(monitor.ok());
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  write_file_at(files.backing.path(), 0, pattern(99, 0, 8));  // an older version of sectors 0..7
+  make_dirty_cache(files);
+  const uint64_t first = first_write_location(files) & ~uint64_t{4095};
+  auto opened = try_open(hold_writeback(files.options()));
+  REQUIRE(opened.ok());
+  cache::Cache& cache = *opened.value();
+  check_dirty_data(cache, 20);
+
+  report_memory_failure(files, first + 100);
+  await_bad_ranges(cache, 1);
+  auto queue = make_queue(cache);
+  std::vector<std::byte> buffer(8 * kSector);
+  CHECK(queue->read(0, 8, buffer.data()) == -EIO);
+  REQUIRE(cache.flush_all().ok());
+  CHECK(cache.stats().writeback_lost_bytes == 8 * kSector);
+  CHECK(queue->read(0, 8, buffer.data()) == -EIO);
+
+  // Written back, the third write's data is clean: once its page is reported, its reads go to
+  // the backing device, which holds the same data.
+  const cache::CacheStats before = cache.stats();
+  report_memory_failure(files, first + 2 * 4096);
+  await_bad_ranges(cache, 1 + before.bad_ranges);
+  REQUIRE(queue->read(128, 8, buffer.data()) == 8 * 512);
+  for (uint32_t s = 0; s < 8; ++s) CHECK(decode_sector(buffer.data() + s * kSector, 128 + s) == 3);
+  const cache::CacheStats after = cache.stats();
+  CHECK(after.read_hits == before.read_hits);
+  CHECK(after.media_errors > before.media_errors);
+  for (uint64_t i = 1; i < 20; ++i) {
+    REQUIRE(queue->read(i * 64, 8, buffer.data()) == 8 * 512);
+    CHECK(decode_sector(buffer.data(), i * 64) == i + 1);
+  }
+  queue.reset();
+  cache.abandon();
+}
+
+TEST_CASE("no write goes onto a page reported failing: the open segment is given up, free segments are retired",
+          "[cache][badblocks][model]") {
+  auto monitor = pmem::MemoryFailureMonitor::start();
+  REQUIRE(monitor.ok());
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  auto cache = open_cache(files.options(true));
+  auto queue = make_queue(*cache);
+  Model model(kBackingBytes / kSector);
+  {
+    const auto data = pattern(1, 0, 8);
+    REQUIRE(queue->write(0, 8, data.data()) == 8 * 512);
+    model.write(0, 8, 1);
+  }
+  const format::Superblock sb = superblock_of(files.region.path());
+  const uint64_t first = first_write_location(files);
+  const uint32_t open_segment = static_cast<uint32_t>((first - sb.segment_offset(0)) / sb.segment_size);
+  // Ahead of the writes in the open segment, and in a third of the others (free ones, mostly).
+  uint64_t reported = 0;
+  report_memory_failure(files, sb.segment_offset(open_segment) + sb.segment_size / 2);
+  ++reported;
+  for (uint32_t segment = 0; segment < sb.segment_count; ++segment) {
+    if (segment % 3 != 1 || segment == open_segment) continue;
+    report_memory_failure(files, sb.segment_offset(segment) + 64 * KiB);
+    ++reported;
+  }
+  await_bad_ranges(*cache, reported);
+  // Three times the capacity: every segment is used and reclaimed but those, never written again
+  // (a write onto one and its read back would fail with EIO: the model check would see it).
+  REQUIRE(random_workload(*queue, model, 0, kBackingBytes / kSector, 78, 3000, 1) == "");
+  check_everything(*queue, model, 0, kBackingBytes / kSector);
+  const cache::CacheStats stats = cache->stats();
+  CHECK(stats.segments_bad > 0);
+  CHECK(stats.media_errors == reported);
+  CHECK(stats.gc_runs > 0);
   queue.reset();
   REQUIRE(cache->detach(false).ok());
 }
