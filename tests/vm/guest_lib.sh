@@ -30,6 +30,26 @@ swap_dm_table() {
 # The value of metric $1 (a series without labels, or the first one) from the daemon's endpoint.
 scrape_metric() { wget -qO- http://127.0.0.1:9469/metrics | grep "^$1{" | sed 's/.* //'; }
 
+# Field $3 of section $2 of cache $1's status (JSON), e.g. status_field media badblocks ranges.
+status_field() { pcached --json status "$1" | tr -d ' \n' | sed -n "s/.*\"$2\":{[^}]*\"$3\":\([0-9]*\).*/\1/p"; }
+
+# Reads the $blocks 64 KiB blocks of $dev one by one. Those that fail are listed in $failed;
+# every other one must hold the data of reference file $1.
+read_all() {
+  failed=""
+  i=0
+  while [ $i -lt $blocks ]; do
+    if dd if="$dev" of=/tmp/block bs=64k skip=$i count=1 iflag=direct 2>/dev/null; then
+      dd if="$1" of=/tmp/expected bs=64k skip=$i count=1 2>/dev/null
+      cmp -s /tmp/block /tmp/expected || { echo "block $i reads back wrong data"; exit 1; }
+    else
+      failed="$failed $i"
+    fi
+    i=$((i + 1))
+  done
+  echo "blocks failing with EIO:${failed:- none}"
+}
+
 start_daemon() {
   pcachedd --state-dir /var/lib/pcached "$@" >/tmp/pcachedd.log 2>&1 &
   DAEMON_PID=$!

@@ -19,24 +19,6 @@ blocks=384  # 64 KiB each: 24 MiB
 add_cache() {
   dev=$(pcached add --cache /pmem/cache.img --backing /dev/mapper/backing --name media --set sequential_cutoff=0 "$@")
 }
-status_field() { pcached --json status media | tr -d ' \n' | sed -n "s/.*\"$1\":{[^}]*\"$2\":\([0-9]*\).*/\1/p"; }
-
-# The 64 KiB blocks of the device that fail to read, as a list; every other one must hold the
-# reference data.
-read_all() {
-  failed=""
-  i=0
-  while [ $i -lt $blocks ]; do
-    if dd if="$dev" of=/tmp/block bs=64k skip=$i count=1 iflag=direct 2>/dev/null; then
-      dd if=/tmp/ref of=/tmp/expected bs=64k skip=$i count=1 2>/dev/null
-      cmp -s /tmp/block /tmp/expected || { echo "block $i reads back wrong data"; exit 1; }
-    else
-      failed="$failed $i"
-    fi
-    i=$((i + 1))
-  done
-  echo "blocks failing with EIO:${failed:- none}"
-}
 
 # Poisons 4 KiB of the cache file at offset $1 (bytes): its fs block's sectors on the namespace.
 poison() {
@@ -81,9 +63,9 @@ first=$1 second=$2 third=$3
 # the page: the SIGBUS of the first load from it reports it.
 poison "$first"
 add_cache
-[ "$(status_field badblocks ranges)" = 1 ] || { pcached status media; exit 1; }
+[ "$(status_field media badblocks ranges)" = 1 ] || { pcached status media; exit 1; }
 poison "$second"
-read_all
+read_all /tmp/ref
 kill -0 "$DAEMON_PID"
 set -- $failed
 [ $# = 2 ] || { echo "expected the blocks of two poisoned pages to fail, not:$failed"; exit 1; }
@@ -97,8 +79,8 @@ echo "dirty data on bad pages fails its reads; the daemon is up"
 swap_dm_table backing "0 $sectors linear /dev/vda 0"
 pcached flush media
 pcached status media
-[ "$(status_field lost ranges)" -ge 1 ] || exit 1
-read_all
+[ "$(status_field media lost ranges)" -ge 1 ] || exit 1
+read_all /tmp/ref
 [ "$failed" = "$dirty_lost" ] || { echo "after writeback, failing:$failed (before:$dirty_lost)"; exit 1; }
 echo "after writeback: the lost data still fails, everything else was written back"
 
@@ -108,20 +90,20 @@ echo "after writeback: the lost data still fails, everything else was written ba
 pcached remove media --no-flush
 poison "$third"
 add_cache
-[ "$(status_field badblocks ranges)" = 3 ] || { pcached status media; exit 1; }
-[ "$(status_field segments bad)" = 3 ] || { pcached status media; exit 1; }
-read_all
+[ "$(status_field media badblocks ranges)" = 3 ] || { pcached status media; exit 1; }
+[ "$(status_field media segments bad)" = 3 ] || { pcached status media; exit 1; }
+read_all /tmp/ref
 [ "$failed" = "$dirty_lost" ] || { echo "after a new attach, failing:$failed"; exit 1; }
-read_all
+read_all /tmp/ref
 [ "$failed" = "$dirty_lost" ] || { echo "read again from the cache, failing:$failed"; exit 1; }
-[ "$(status_field reads hits)" -gt 0 ] || { pcached status media; exit 1; }
+[ "$(status_field media reads hits)" -gt 0 ] || { pcached status media; exit 1; }
 echo "attached again: the lost data still fails; bad segments retired; everything else reads back"
 
 # Rewritten, the lost blocks read back; writeback completes; the backing disk alone holds it all.
 for i in $dirty_lost; do dd if=/tmp/ref of="$dev" bs=64k skip=$i seek=$i count=1 oflag=direct conv=notrunc 2>/dev/null; done
-read_all
+read_all /tmp/ref
 [ -z "$failed" ] || exit 1
-[ "$(status_field lost ranges)" = 0 ] || { pcached status media; exit 1; }
+[ "$(status_field media lost ranges)" = 0 ] || { pcached status media; exit 1; }
 pcached remove media
 dmsetup remove --noudevsync backing
 cmp -n $((blocks * 65536)) /dev/vda /tmp/ref

@@ -27,7 +27,7 @@ PACKAGES = ["qemu-system-x86", "busybox-static", "ndctl", "daxctl", "fio", "kmod
             "dmsetup", "xz-utils"]
 # Loaded in this order (dependencies resolved by modprobe --show-depends).
 MODULES = ["libnvdimm", "nd_btt", "nd_pmem", "nd_e820", "nfit", "device_dax", "dax_pmem", "dm-mod", "dm-writecache",
-           "ublk_drv", "virtio_blk", "loop", "ext4", "null_blk"]
+           "ublk_drv", "virtio_blk", "loop", "ext4", "null_blk", "hwpoison_inject"]
 GUEST_TOOLS = ["/usr/bin/fio", "/usr/bin/ndctl", "/usr/bin/daxctl", "/sbin/mke2fs", "/sbin/e2fsck", "/sbin/blkdiscard",
                "/sbin/dmsetup", "/sbin/losetup", "/sbin/filefrag", "/usr/bin/md5sum", "/usr/bin/cmp"]
 EXIT_MARKER = re.compile(r"PCACHED_VM_EXIT=(\d+)")
