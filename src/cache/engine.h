@@ -2,6 +2,7 @@
 // (writeback.cc) and recovery (recovery.cc) work on. Internal to src/cache.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <memory>
@@ -94,9 +95,11 @@ class Engine final : public Cache {
   uint64_t foreground_requests() const;
   void register_queue(QueueCounters* counters);
   void unregister_queue(QueueCounters* counters);
-  // Whether the segment holds a known bad block (reported at open, or a read that faulted since).
-  bool segment_has_bad_block(uint32_t segment) const {
-    return region_->overlaps_bad_range(superblock_.segment_offset(segment), superblock_.segment_size);
+  // Whether [offset, offset+bytes) of the segment holds a known bad block (reported at open or
+  // since, or a read that faulted); by default, anywhere in it.
+  bool segment_has_bad_block(uint32_t segment, uint64_t offset = 0, uint64_t bytes = UINT64_MAX) const {
+    return region_->overlaps_bad_range(superblock_.segment_offset(segment) + offset,
+                                       std::min(bytes, superblock_.segment_size - offset));
   }
   // Gives an emptied segment back to the allocator, or retires it if it has a bad block.
   // (Its contents list goes first: the segment's next user notes its own.)

@@ -128,8 +128,7 @@ std::optional<uint64_t> GcRelocation::place(uint32_t sectors) {
   const uint64_t bytes = uint64_t{sectors} * kSectorSize;
   // Never onto a page a memory failure was reported in: the rest of the segment is given up.
   const bool fits = open_segment_ != UINT32_MAX && open_offset_ + bytes <= segment_size &&
-                    !engine_.region_->overlaps_bad_range(engine_.superblock_.segment_offset(open_segment_) + open_offset_,
-                                                         bytes);
+                    !engine_.segment_has_bad_block(open_segment_, open_offset_, bytes);
   if (!fits) {
     if (segments.waiters() > 0 || segments.free_count() < kFreeSegmentsKept || !open_segment()) {
       starved_ = true;

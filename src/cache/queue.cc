@@ -231,8 +231,7 @@ bool EngineQueue::place(uint32_t sectors, bool wait, Placement& placement) {
   // The rest of the open segment is given up where a memory failure was reported in it: nothing
   // is ever written onto a known bad page (GC retires the segment once it has emptied it).
   if (open_segment_ != UINT32_MAX && open_offset_ < segment_size &&
-      engine_.region_->overlaps_bad_range(engine_.superblock_.segment_offset(open_segment_) + open_offset_,
-                                          std::min<uint64_t>(uint64_t{sectors} * kSectorSize, segment_size - open_offset_))) {
+      engine_.segment_has_bad_block(open_segment_, open_offset_, uint64_t{sectors} * kSectorSize)) {
     open_offset_ = segment_size;
   }
   if (open_segment_ == UINT32_MAX || open_offset_ >= segment_size) {

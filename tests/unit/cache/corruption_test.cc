@@ -1,15 +1,12 @@
 // Damage to each metadata structure: open either recovers from the other copy or refuses with a
 // message that names what is damaged. It never serves wrong data.
 #include <fcntl.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <array>
 #include <catch2/catch.hpp>
 #include <chrono>
-#include <csignal>
 #include <fstream>
-#include <thread>
 
 #include "backing/backing_device.h"
 #include "format/control_area.h"
@@ -18,6 +15,8 @@
 #include "format/superblock.h"
 #include "pmem/memory_failure.h"
 #include "support/cache_fixture.h"
+#include "support/eventually.h"
+#include "support/memory_failure_report.h"
 #include "support/reference_model.h"
 
 using namespace pcached;
@@ -521,21 +520,11 @@ std::byte* mapping_of(const std::string& path) {
 }
 
 void report_memory_failure(const CacheFiles& files, uint64_t offset) {
-  REQUIRE(::getpid() == static_cast<pid_t>(::syscall(SYS_gettid)));  // a positive si_code goes only to oneself
-  siginfo_t info{};
-  info.si_signo = SIGBUS;
-  info.si_code = BUS_MCEERR_AO;
-  info.si_addr = mapping_of(files.region.path()) + offset;
-  info.si_addr_lsb = 12;
-  REQUIRE(::syscall(SYS_rt_tgsigqueueinfo, ::getpid(), ::getpid(), SIGBUS, &info) == 0);
+  REQUIRE(report_memory_failure_to_self(mapping_of(files.region.path()) + offset));
 }
 
 void await_bad_ranges(const cache::Cache& cache, uint64_t count) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (cache.stats().bad_ranges < count) {
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  REQUIRE(eventually([&] { return cache.stats().bad_ranges >= count; }, std::chrono::seconds(10)));
 }
 
 }  // namespace

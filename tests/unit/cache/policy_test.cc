@@ -17,6 +17,7 @@
 #include "backing/backing_device.h"
 #include "format/layout.h"
 #include "support/cache_fixture.h"
+#include "support/eventually.h"
 #include "support/reference_model.h"
 
 using namespace pcached;
@@ -47,17 +48,6 @@ cache::CacheOptions held_back(const CacheFiles& files) {
   cache::CacheOptions options = hold_writeback(files.options(true));
   options.tunables.writeback_high = 100;
   return options;
-}
-
-// Polls until the predicate holds or five seconds pass.
-template <typename Predicate>
-bool eventually(Predicate predicate) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (!predicate()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
 }
 
 // The nice value of this process's writeback thread; none until the thread has named itself (it

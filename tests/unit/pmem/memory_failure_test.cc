@@ -1,49 +1,25 @@
-// Early memory-failure reports (BUS_MCEERR_AO). The kernel lets a process send itself a SIGBUS
-// with any si_code (rt_tgsigqueueinfo, from the main thread), so the reports here take the same
+// Early memory-failure reports (BUS_MCEERR_AO), sent by the test to itself: they take the same
 // path through the handler as the kernel's; tests/vm/guest_memory_failure.sh has the kernel send
 // them, from a real memory failure on a devdax page.
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <csignal>
-#include <thread>
 #include <vector>
 
 #include "pmem/memory_failure.h"
+#include "support/eventually.h"
+#include "support/memory_failure_report.h"
 #include "support/scratch_file.h"
 
 using namespace pcached;
 using namespace pcached::pmem;
 using pcached::testing::EmulatedPmem;
+using pcached::testing::eventually;
+using pcached::testing::report_memory_failure_to_self;
 
-namespace {
-
-// As the kernel sends it to an early-kill process: si_addr the failed page as this process maps
-// it, si_addr_lsb the size of the mapping's page.
-void report_memory_failure_to_self(const void* address, short address_lsb = 12) {
-  REQUIRE(::getpid() == static_cast<pid_t>(::syscall(SYS_gettid)));
-  siginfo_t info{};
-  info.si_signo = SIGBUS;
-  info.si_code = BUS_MCEERR_AO;
-  info.si_addr = const_cast<void*>(address);
-  info.si_addr_lsb = address_lsb;
-  REQUIRE(::syscall(SYS_rt_tgsigqueueinfo, ::getpid(), ::getpid(), SIGBUS, &info) == 0);
-}
-
-template <typename Predicate>
-bool eventually(Predicate predicate) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!predicate()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
-
-}  // namespace
 
 TEST_CASE("an early memory-failure report marks the page bad in the region that maps it", "[pmem][media]") {
   EmulatedPmem pmem(16 * MiB);
@@ -53,7 +29,7 @@ TEST_CASE("an early memory-failure report marks the page bad in the region that 
   std::vector<char> buffer(4096);
   REQUIRE(pmem.region->read(5 * MiB, buffer.data(), buffer.size()).ok());
 
-  report_memory_failure_to_self(pmem.region->base() + 5 * MiB + 100);
+  REQUIRE(report_memory_failure_to_self(pmem.region->base() + 5 * MiB + 100));
   REQUIRE(eventually([&] { return monitor.value()->pmem_reports() == 1; }));
   CHECK(pmem.region->bad_ranges() == std::vector<BadRange>{{5 * MiB, 4096}});
   CHECK(pmem.region->media_errors() == 1);
@@ -64,13 +40,13 @@ TEST_CASE("an early memory-failure report marks the page bad in the region that 
   CHECK(pmem.region->read(5 * MiB + 4096, buffer.data(), buffer.size()).ok());
 
   // From a mapping in 2 MiB pages, the kernel reports the whole 2 MiB: all of it is bad.
-  report_memory_failure_to_self(pmem.region->base() + 8 * MiB + 3 * 4096, 21);
+  REQUIRE(report_memory_failure_to_self(pmem.region->base() + 8 * MiB + 3 * 4096, 21));
   REQUIRE(eventually([&] { return monitor.value()->pmem_reports() == 2; }));
   CHECK(pmem.region->bad_ranges() == std::vector<BadRange>{{5 * MiB, 4096}, {8 * MiB, 2 * MiB}});
   CHECK(pmem.region->read(9 * MiB, buffer.data(), 512).code() == EIO);
 
   // Many at once, faster than the monitor takes them: none is lost.
-  for (int page = 0; page < 32; ++page) report_memory_failure_to_self(other.region->base() + page * 2 * 4096);
+  for (int page = 0; page < 32; ++page) REQUIRE(report_memory_failure_to_self(other.region->base() + page * 2 * 4096));
   REQUIRE(eventually([&] { return monitor.value()->pmem_reports() == 34; }));
   CHECK(other.region->bad_ranges().size() == 32);
   CHECK(monitor.value()->other_reports() == 0);
@@ -80,7 +56,7 @@ TEST_CASE("an early report outside every pmem region is logged, and the process 
   auto monitor = MemoryFailureMonitor::start();
   REQUIRE(monitor.ok());
   std::vector<char> heap(8192);
-  report_memory_failure_to_self(heap.data());
+  REQUIRE(report_memory_failure_to_self(heap.data()));
   REQUIRE(eventually([&] { return monitor.value()->other_reports() == 1; }));
   CHECK(monitor.value()->pmem_reports() == 0);
 }
@@ -93,7 +69,7 @@ TEST_CASE("a region that is gone no longer takes reports", "[pmem][media]") {
     EmulatedPmem pmem(16 * MiB);
     address = pmem.region->base() + 4096;
   }
-  report_memory_failure_to_self(address);
+  REQUIRE(report_memory_failure_to_self(address));
   REQUIRE(eventually([&] { return monitor.value()->other_reports() == 1; }));
 }
 
@@ -114,11 +90,7 @@ TEST_CASE("without a monitor an early report keeps its default meaning", "[pmem]
   const pid_t child = ::fork();
   REQUIRE(child >= 0);
   if (child == 0) {
-    siginfo_t info{};
-    info.si_signo = SIGBUS;
-    info.si_code = BUS_MCEERR_AO;
-    info.si_addr = pmem.region->base();
-    ::syscall(SYS_rt_tgsigqueueinfo, ::getpid(), ::getpid(), SIGBUS, &info);
+    report_memory_failure_to_self(pmem.region->base());
     ::_exit(0);
   }
   int status = 0;
