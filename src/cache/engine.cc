@@ -424,7 +424,10 @@ void Engine::unregister_queue(QueueCounters* counters) {
 uint64_t Engine::first_pending_seq(uint32_t slot, const JournalPosition& from, const JournalPosition& limit) const {
   JournalReader reader(*region_, superblock_, slot, from);
   std::vector<format::Key> keys;
-  return reader.next(keys, &limit) ? keys.front().seq : 0;
+  if (reader.next(keys, &limit)) return keys.front().seq;
+  // Stopped short of the limit: damage, whose keys are pending whatever their numbers (writeback
+  // goes past it, see Writeback::pass_damage).
+  return reader.position() == limit ? 0 : std::max<uint64_t>(clean_horizon_.load(), 1);
 }
 
 uint64_t Engine::compute_horizon() {

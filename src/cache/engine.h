@@ -82,7 +82,9 @@ class Engine final : public Cache {
   // The lowest sequence number any key not yet written back has, or can still get: everything
   // below it is clean once the backing device has been flushed.
   uint64_t compute_horizon();
-  // The first key at or after position that `slot`'s writeback has not passed (0: none).
+  // The first key at or after position that `slot`'s writeback has not passed (0: none). Where
+  // the journal cannot be read up to the limit, the clean horizon as it is: nothing may pass keys
+  // unseen.
   uint64_t first_pending_seq(uint32_t slot, const JournalPosition& from, const JournalPosition& limit) const;
 
   // A journal slot no journal uses, marked in use; EBUSY when all are.

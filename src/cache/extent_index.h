@@ -148,6 +148,9 @@ class ExtentIndex {
   uint64_t cached_sectors() const;
   // Cached sectors written by keys at or above seq: the dirty data, given the clean horizon.
   uint64_t sectors_at_or_above(uint64_t seq) const;
+  // The extents (tombstones included) written by keys numbered in [from, to), with their first
+  // sectors, in sequence order. A scan of the whole index: for rare repairs, not the I/O path.
+  std::vector<std::pair<uint64_t, Extent>> extents_numbered(uint64_t from, uint64_t to) const;
 
   // Keeps activity's live-sector counts and the live sectors' bits in step with every extent that
   // holds data in the region, and notes in contents where each piece of data is placed (activity

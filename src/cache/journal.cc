@@ -15,6 +15,7 @@ namespace pcached::cache {
 namespace {
 
 constexpr uint32_t kReadAhead = 64 * 1024;
+constexpr uint64_t kPageSize = 4096;  // the smallest unit a bad block takes away
 constexpr size_t kLinkSize = format::encoded_key_set_size(0);
 
 }  // namespace
@@ -51,9 +52,17 @@ JournalReader::JournalReader(const pmem::Region& region, const format::Superbloc
 }
 
 bool JournalReader::refill(uint32_t offset, uint64_t end) {
-  const uint32_t length = static_cast<uint32_t>(std::min<uint64_t>(read_size_, end - offset));
+  uint32_t length = static_cast<uint32_t>(std::min<uint64_t>(read_size_, end - offset));
   read_size_ = std::min(read_size_ * 2, kReadAhead);
-  const Status status = region_.read(superblock_.segment_offset(position_.segment) + offset, buffer_.get(), length);
+  const uint64_t at = superblock_.segment_offset(position_.segment) + offset;
+  Status status = region_.read(at, buffer_.get(), length);
+  if (!status.ok()) {
+    const uint32_t to_page_end = static_cast<uint32_t>(kPageSize - at % kPageSize);
+    if (to_page_end < length) {
+      length = to_page_end;
+      status = region_.read(at, buffer_.get(), length);
+    }
+  }
   if (!status.ok()) {
     end_ = JournalEnd::Damaged;
     damage_ = status.message();
@@ -63,6 +72,13 @@ bool JournalReader::refill(uint32_t offset, uint64_t end) {
   buffer_offset_ = offset;
   buffer_length_ = length;
   return true;
+}
+
+void JournalReader::resume_at(uint32_t offset) {
+  position_.offset = offset;
+  end_ = JournalEnd::Clean;
+  damage_.clear();
+  buffer_segment_ = UINT32_MAX;
 }
 
 bool JournalReader::follow_link(uint32_t segment, uint32_t generation) {
@@ -99,18 +115,30 @@ bool JournalReader::follow_link(uint32_t segment, uint32_t generation) {
 bool JournalReader::valid_record_follows() {
   // Key sets are written one after the other, each made durable before the next is begun, so
   // only the last one can be torn by a crash. A valid record after a bad one means damage.
+  return find_key_set(region_, superblock_, position_.segment, position_.generation,
+                      position_.offset + format::kKeySetAlignment, superblock_.segment_size)
+      .has_value();
+}
+
+std::optional<FoundKeySet> find_key_set(const pmem::Region& region, const format::Superblock& superblock,
+                                        uint32_t segment, uint32_t generation, uint64_t from, uint64_t end) {
   std::vector<format::Key> keys;
   std::vector<std::byte> record(format::encoded_key_set_size(format::kMaxKeysPerSet));
-  for (uint64_t offset = position_.offset + format::kKeySetAlignment;
-       offset + format::kKeySetHeaderSize <= superblock_.segment_size; offset += format::kKeySetAlignment) {
-    const size_t length = static_cast<size_t>(std::min<uint64_t>(record.size(), superblock_.segment_size - offset));
-    if (!region_.read(superblock_.segment_offset(position_.segment) + offset, record.data(), length).ok()) continue;
-    keys.clear();
-    if (format::decode_key_set(std::span(record.data(), length), position_.generation, superblock_.salt(), keys).ok()) {
-      return true;
+  end = std::min<uint64_t>(end, superblock.segment_size);
+  from = (from + format::kKeySetAlignment - 1) / format::kKeySetAlignment * format::kKeySetAlignment;
+  for (uint64_t offset = from; offset + format::kKeySetHeaderSize <= end; offset += format::kKeySetAlignment) {
+    const uint64_t at = superblock.segment_offset(segment) + offset;
+    size_t length = static_cast<size_t>(std::min<uint64_t>(record.size(), end - offset));
+    if (!region.read(at, record.data(), length).ok()) {
+      // A bad block after the record may leave the record itself readable.
+      length = std::min<size_t>(length, kPageSize - at % kPageSize);
+      if (!region.read(at, record.data(), length).ok()) continue;
     }
+    keys.clear();
+    auto header = format::decode_key_set(std::span(record.data(), length), generation, superblock.salt(), keys);
+    if (header.ok()) return FoundKeySet{static_cast<uint32_t>(offset), *header};
   }
-  return false;
+  return std::nullopt;
 }
 
 bool JournalReader::next(std::vector<format::Key>& keys, const JournalPosition* limit) {

@@ -9,6 +9,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -58,6 +59,18 @@ struct JournalState {
 // acknowledged); or damage with valid records after it, or an unreadable one.
 enum class JournalEnd { Clean, Torn, Damaged };
 
+// A whole key set (or link) found by find_key_set: where it starts, and its header.
+struct FoundKeySet {
+  uint32_t offset;
+  format::KeySetHeader header;
+};
+
+// The first whole record of the journal segment `segment` (of `generation`) that starts at an
+// offset in [from, end). Records that cannot be read are passed over: this is how a journal is
+// followed past damage (JournalEnd::Damaged) to where it goes on.
+std::optional<FoundKeySet> find_key_set(const pmem::Region& region, const format::Superblock& superblock,
+                                        uint32_t segment, uint32_t generation, uint64_t from, uint64_t end);
+
 class JournalReader {
  public:
   JournalReader(const pmem::Region& region, const format::Superblock& superblock, uint32_t slot,
@@ -72,6 +85,9 @@ class JournalReader {
   const std::vector<ChainSegment>& segments() const { return segments_; }
   JournalEnd end() const { return end_; }
   const std::string& damage() const { return damage_; }
+  // After next() stopped at damage: goes on at `offset` of the same segment (where find_key_set
+  // found a record).
+  void resume_at(uint32_t offset);
   // The key set next() returned last: where it starts and its header.
   JournalPosition last_record() const { return last_record_; }
   const format::KeySetHeader& last_header() const { return last_header_; }
@@ -81,7 +97,8 @@ class JournalReader {
   bool valid_record_follows();
   // Reads the segment from offset into the buffer, up to `end` at most: one key set's worth at
   // first, twice as much each time after. (Writeback opens readers on every batch to look at a
-  // key set or two; a full read-ahead each time cost it more than the keys it read.)
+  // key set or two; a full read-ahead each time cost it more than the keys it read.) Where that
+  // reaches a bad block, the rest of offset's page alone: the key set there may be whole.
   bool refill(uint32_t offset, uint64_t end);
 
   const pmem::Region& region_;

@@ -135,17 +135,31 @@ Status Engine::recover() {
     ReplayedJournal replayed{slot, {}, {}, false};
     size_t last_record_live = live.size();  // where the last key set's live keys begin
     std::vector<format::Key> last_record;
-    while (reader.next(batch)) {
-      last_record_live = live.size();
-      for (const format::Key& key : batch) {
-        if (key.kind == format::KeyKind::Relocated || key.kind == format::KeyKind::Retired) replayed.relocation = true;
-        next_seq = std::max(next_seq, key.seq + 1);
-        if (key.seq >= control.clean_horizon) live.push_back(key);
+    for (;;) {
+      while (reader.next(batch)) {
+        last_record_live = live.size();
+        for (const format::Key& key : batch) {
+          if (key.kind == format::KeyKind::Relocated || key.kind == format::KeyKind::Retired) replayed.relocation = true;
+          next_seq = std::max(next_seq, key.seq + 1);
+          if (key.seq >= control.clean_horizon) live.push_back(key);
+        }
+        std::swap(batch, last_record);
       }
-      std::swap(batch, last_record);
-    }
-    if (reader.end() == JournalEnd::Damaged) {
-      return Status::error(EBADMSG, where + ": " + reader.damage() + "; refusing to attach rather than lose the keys after it");
+      if (reader.end() != JournalEnd::Damaged) break;
+      // Records that cannot be read are passed over only where they cannot matter: a journal
+      // numbers its key sets in order, so when the next whole one starts below the clean horizon,
+      // every key in between was clean (writeback went past the damage, Writeback::pass_damage).
+      const JournalPosition at = reader.position();
+      const auto found = find_key_set(*region_, superblock_, at.segment, at.generation,
+                                      uint64_t{at.offset} + format::kKeySetAlignment, superblock_.segment_size);
+      if (!found || !format::holds_keys(found->header.kind) || found->header.first_seq > control.clean_horizon) {
+        return Status::error(EBADMSG,
+                             where + ": " + reader.damage() + "; refusing to attach rather than lose the keys after it");
+      }
+      spdlog::warn("{}: journal {}: {}; every key there is clean (the journal goes on below the clean horizon, at "
+                   "offset {}), so it is passed over",
+                   where, slot, reader.damage(), found->offset);
+      reader.resume_at(found->offset);
     }
     if (reader.end() == JournalEnd::Torn) {
       spdlog::warn("{}: {}: the last key set was torn by a crash (never acknowledged); the journal ends there", where,

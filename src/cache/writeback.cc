@@ -300,7 +300,7 @@ bool Writeback::take_piece(const format::Key& key, const cache::Piece& piece, Ba
   return true;
 }
 
-bool Writeback::take_key_set(const std::vector<format::Key>& keys, uint64_t horizon, Batch& batch) {
+bool Writeback::take_key_set(const std::vector<format::Key>& keys, uint64_t horizon, Batch& batch, bool check_liveness) {
   const size_t pieces_before = batch.pieces.size();
   const size_t used_before = batch.used;
   std::vector<format::LostRange> lost;
@@ -316,7 +316,7 @@ bool Writeback::take_key_set(const std::vector<format::Key>& keys, uint64_t hori
     }
     // Most keys writeback passes under a steady load were replaced long ago: their sectors' bits
     // say so without a lookup (data is placed, and its bits set, before its key is published).
-    if (format::has_data(key.kind) &&
+    if (check_liveness && format::has_data(key.kind) &&
         engine_.live_.dead(key.segment, key.generation,
                            engine_.superblock_.segment_offset(key.segment) + uint64_t{key.offset_sectors} * kSectorSize,
                            key.sectors)) {
@@ -351,7 +351,7 @@ bool Writeback::take_key_set(const std::vector<format::Key>& keys, uint64_t hori
 }
 
 void Writeback::collect(size_t budget, uint64_t seq_limit, std::vector<Piece>& pieces,
-                        std::vector<CursorUpdate>& cursors, bool& written_through) {
+                        std::vector<CursorUpdate>& cursors, bool& written_through, std::vector<Damage>& damaged) {
   const uint64_t horizon = engine_.clean_horizon_.load();
   const size_t limit = std::min(budget, bounce_size_);
   Batch batch(pieces);
@@ -423,6 +423,11 @@ void Writeback::collect(size_t budget, uint64_t seq_limit, std::vector<Piece>& p
   }
   for (const Scan& scan : scans) {
     if (!(scan.done == scan.cursor)) cursors.push_back({scan.slot, scan.done});
+    // Stopped short of its published end: what is there cannot be read, or is not a key set.
+    if (!scan.has_next && !(scan.reader.position() == scan.published)) {
+      damaged.push_back({scan.slot, scan.reader.position(), scan.published,
+                         scan.reader.damage().empty() ? "no key set where one was published" : scan.reader.damage()});
+    }
   }
   if (batch.written_through) written_through = true;
 }
@@ -479,44 +484,121 @@ int Writeback::write_and_flush(const std::vector<Piece>& pieces) {
 bool Writeback::write_back_batch(size_t budget, uint64_t seq_limit) {
   std::vector<Piece> pieces;
   std::vector<CursorUpdate> cursors;
+  std::vector<Damage> damaged;
   bool written_through = false;
-  collect(budget, seq_limit, pieces, cursors, written_through);
+  collect(budget, seq_limit, pieces, cursors, written_through, damaged);
   record_lost();
-  // Every write of the batch is complete when this function returns, whatever happened.
-  struct ClearInFlight {
-    Writeback& self;
-    ~ClearInFlight() { self.in_flight_.clear(); }
-  } clear_in_flight{*this};
-  if (!pieces.empty() || written_through) {
-    const int result = write_and_flush(pieces);
-    if (result != 0) {
-      errors_.fetch_add(1);
-      write_failures_.fetch_add(1);
-      stalled_ = true;
-      ++consecutive_failures_;
-      {
-        std::lock_guard lock(mutex_);
-        last_error_ = -result;
+  {
+    // Every write of the batch is complete when this block ends, whatever happened.
+    struct ClearInFlight {
+      Writeback& self;
+      ~ClearInFlight() { self.in_flight_.clear(); }
+    } clear_in_flight{*this};
+    if (!pieces.empty() || written_through) {
+      const int result = write_and_flush(pieces);
+      if (result != 0) {
+        note_write_failure(result);
+        return false;
       }
-      spdlog::warn("cache on {}: writeback to {} failed ({}), attempt {}; dirty data stays on pmem and is retried",
-                   engine_.options_.region_path, engine_.backing_->path(), std::strerror(-result), consecutive_failures_);
-      return false;
+      uint64_t bytes = 0;
+      for (const Piece& piece : pieces) bytes += piece.discard ? 0 : uint64_t{piece.sectors} * kSectorSize;
+      tokens_ -= static_cast<double>(bytes);
+      bytes_.fetch_add(bytes);
+      batches_.fetch_add(1);
     }
-    uint64_t bytes = 0;
-    for (const Piece& piece : pieces) bytes += piece.discard ? 0 : uint64_t{piece.sectors} * kSectorSize;
-    tokens_ -= static_cast<double>(bytes);
-    bytes_.fetch_add(bytes);
-    batches_.fetch_add(1);
   }
   for (const CursorUpdate& update : cursors) {
     std::lock_guard lock(engine_.journals_[update.slot].mutex);
     engine_.journals_[update.slot].cursor = update.position;
   }
+  for (const Damage& damage : damaged) {
+    if (!pass_damage(damage)) return false;
+  }
   stalled_ = false;
   consecutive_failures_ = 0;
   const uint64_t before = engine_.clean_horizon_.load();
   advance_horizon();
-  return !pieces.empty() || !cursors.empty() || engine_.clean_horizon_.load() != before;
+  return !pieces.empty() || !cursors.empty() || !damaged.empty() || engine_.clean_horizon_.load() != before;
+}
+
+void Writeback::note_write_failure(int result) {
+  errors_.fetch_add(1);
+  write_failures_.fetch_add(1);
+  stalled_ = true;
+  ++consecutive_failures_;
+  {
+    std::lock_guard lock(mutex_);
+    last_error_ = -result;
+  }
+  spdlog::warn("cache on {}: writeback to {} failed ({}), attempt {}; dirty data stays on pmem and is retried",
+               engine_.options_.region_path, engine_.backing_->path(), std::strerror(-result), consecutive_failures_);
+}
+
+bool Writeback::pass_damage(const Damage& damage) {
+  JournalState& journal = engine_.journals_[damage.slot];
+  std::vector<ChainSegment> chain;
+  {
+    std::lock_guard lock(journal.mutex);
+    chain.assign(journal.chain.begin(), journal.chain.end());
+  }
+  const format::Superblock& superblock = engine_.superblock_;
+  // Where the journal goes on: the next whole record in the damaged segment or a later one of
+  // its chain (as the writer keeps it in DRAM: the link may be what was lost), else its end.
+  JournalPosition resume = damage.published;
+  uint64_t until = engine_.next_seq_.load();  // the damaged keys are numbered below this
+  auto segment = std::find_if(chain.begin(), chain.end(), [&](const ChainSegment& c) { return c.segment == damage.at.segment; });
+  uint64_t from = uint64_t{damage.at.offset} + format::kKeySetAlignment;
+  for (; segment != chain.end(); ++segment) {
+    const bool last = segment->segment == damage.published.segment;
+    const uint64_t end = last ? damage.published.offset : superblock.segment_size;
+    if (auto found = find_key_set(*engine_.region_, superblock, segment->segment, segment->generation, from, end)) {
+      resume = {segment->segment, segment->generation, found->offset};
+      if (format::holds_keys(found->header.kind)) until = found->header.first_seq;
+      break;
+    }
+    if (last) break;
+    from = format::kSegmentHeaderSize;
+  }
+  const uint64_t horizon = engine_.clean_horizon_.load();
+  spdlog::error("cache on {}: journal {} cannot be read ({}); its dirty data numbered {}..{} is written back from the "
+                "index instead, and the journal goes on at segment {} offset {}",
+                engine_.options_.region_path, damage.slot, damage.what, horizon, until, resume.segment, resume.offset);
+  errors_.fetch_add(1);
+  const std::vector<std::pair<uint64_t, Extent>> extents = engine_.index_.extents_numbered(horizon, until);
+  std::vector<format::Key> key(1);
+  size_t next = 0;
+  do {
+    std::vector<Piece> pieces;
+    Batch batch(pieces);
+    while (next < extents.size()) {
+      const auto& [sector, extent] = extents[next];
+      key[0] = format::Key{};
+      key[0].sector = sector;
+      key[0].sectors = extent.sectors;
+      key[0].seq = extent.seq;
+      key[0].kind = (extent.flags & Extent::kDiscarded) ? format::KeyKind::Discard
+                    : (extent.flags & Extent::kZero)     ? format::KeyKind::Zero
+                                                         : format::KeyKind::Write;
+      if (!take_key_set(key, horizon, batch, /*check_liveness=*/false)) {
+        if (pieces.empty()) grow_bounce(bounce_size_ * 2);
+        break;
+      }
+      ++next;
+    }
+    record_lost();
+    // (Also with no pieces: written-through data among the damaged keys is owed a flush.)
+    const int result = write_and_flush(pieces);
+    in_flight_.clear();
+    if (result != 0) {
+      note_write_failure(result);
+      return false;
+    }
+    for (const Piece& piece : pieces) bytes_.fetch_add(piece.discard ? 0 : uint64_t{piece.sectors} * kSectorSize);
+    batches_.fetch_add(1);
+  } while (next < extents.size());
+  std::lock_guard lock(journal.mutex);
+  journal.cursor = resume;
+  return true;
 }
 
 void Writeback::record_lost() {

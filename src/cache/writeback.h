@@ -81,8 +81,24 @@ class Writeback {
   // Gathers whole key sets from the journals, copying their live data into the bounce buffer;
   // discards become pieces of their own, for the sectors no newer key has written since;
   // written_through is set when it passed keys whose data is on the device but maybe unflushed.
+  // A journal collect() could not read before its published end (a media error, or damage).
+  struct Damage {
+    uint32_t slot;
+    JournalPosition at;  // the record that could not be read
+    JournalPosition published;
+    std::string what;
+  };
   void collect(size_t budget, uint64_t seq_limit, std::vector<Piece>& pieces, std::vector<CursorUpdate>& cursors,
-               bool& written_through);
+               bool& written_through, std::vector<Damage>& damaged);
+  // Moves a journal's writeback past records it cannot read. Their keys are unknown, but a
+  // journal numbers its key sets in order, so theirs are numbered below the first record it has
+  // past the damage: every dirty extent of the index numbered from the clean horizon up to there
+  // is written back (and flushed), then the cursor goes to that record. (Extents of other
+  // journals' keys among them are written again when their journals get there.) False if the
+  // backing device failed; the cursor stays, and the next round tries again.
+  bool pass_damage(const Damage& damage);
+  // Counts a batch the backing device failed to take, for the backoff and the flush's give-up.
+  void note_write_failure(int result);
   // A batch as collect() gathers it. No two of its pieces may overlap: the device may store them
   // in any order.
   struct Batch {
@@ -96,7 +112,9 @@ class Writeback {
   // Adds one key set's live data (keys below the clean horizon are clean already) to the batch.
   // False, and the batch as it was, if the set does not fit: the bounce buffer is full, or a
   // piece overlaps one taken before (it goes to a later batch, after that one is on the device).
-  bool take_key_set(const std::vector<format::Key>& keys, uint64_t horizon, Batch& batch);
+  // (check_liveness: keys the sectors' bits show replaced are passed without a lookup; only for
+  // keys read from a journal, whose location is where they were written.)
+  bool take_key_set(const std::vector<format::Key>& keys, uint64_t horizon, Batch& batch, bool check_liveness = true);
   // One piece of a key, found in the index under its shard's lock; false if it does not fit.
   // Data that cannot be read is recorded in `lost` instead (marked once the lock is released).
   bool take_piece(const format::Key& key, const cache::Piece& piece, Batch& batch,

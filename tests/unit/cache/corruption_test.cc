@@ -59,13 +59,13 @@ format::CurrentControl control_of(const std::string& path, uint32_t salt) {
   return format::pick_current_control(slots[0], slots[1]).value();
 }
 
-// A cache with dirty data in it (writeback held off), abandoned as in a crash: 20 writes of 8
-// sectors at 64-sector strides, ids 1..20.
-void make_dirty_cache(const CacheFiles& files) {
+// A cache with dirty data in it (writeback held off), abandoned as in a crash: 20 (or `writes`)
+// writes of 8 sectors at 64-sector strides, ids 1..20, each in a key set of its own.
+void make_dirty_cache(const CacheFiles& files, uint64_t writes = 20) {
   auto cache = open_cache(files.options(true));
   cache->backing_faults().writes.count = -1;
   auto queue = make_queue(*cache);
-  for (uint64_t i = 0; i < 20; ++i) {
+  for (uint64_t i = 0; i < writes; ++i) {
     const auto data = pattern(i + 1, i * 64, 8);
     REQUIRE(queue->write(i * 64, 8, data.data()) == 8 * 512);
   }
@@ -523,6 +523,17 @@ void report_memory_failure(const CacheFiles& files, uint64_t offset) {
   REQUIRE(report_memory_failure_to_self(mapping_of(files.region.path()) + offset));
 }
 
+// The backing device alone holds the data of the first `writes` writes of make_dirty_cache().
+void check_backing_data(const CacheFiles& files, uint64_t writes) {
+  const auto backing = read_at(files.backing.path(), 0, writes * 64 * kSector);
+  for (uint64_t i = 0; i < writes; ++i) {
+    for (uint32_t s = 0; s < 8; ++s) {
+      INFO("write " << i << ", sector " << s);
+      REQUIRE(decode_sector(backing.data() + (i * 64 + s) * kSector, i * 64 + s) == i + 1);
+    }
+  }
+}
+
 void await_bad_ranges(const cache::Cache& cache, uint64_t count) {
   REQUIRE(eventually([&] { return cache.stats().bad_ranges >= count; }, std::chrono::seconds(10)));
 }
@@ -568,6 +579,108 @@ TEST_CASE("a page reported failing under a running cache: its dirty data fails w
   }
   queue.reset();
   cache.abandon();
+}
+
+TEST_CASE("a journal page reported failing under a running cache: writeback goes past it, every dirty write reaches "
+          "the backing device",
+          "[cache][badblocks]") {
+  auto monitor = pmem::MemoryFailureMonitor::start();
+  REQUIRE(monitor.ok());
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  // 200 key sets of 64 bytes: the journal's pages 1 to 4 after its header. Page 2 (sets 64..127)
+  // fails; what is in it can only be known from the index. Or, at the very end, the page with
+  // the last sets (192..199), where no record follows the damage.
+  constexpr uint64_t kWrites = 200;
+  make_dirty_cache(files, kWrites);
+  const format::Superblock sb = superblock_of(files.region.path());
+  const format::ControlArea control = control_of(files.region.path(), sb.salt()).control;
+  const unsigned first_damaged = GENERATE(64u, 192u);
+  const uint64_t damaged_page = key_set_offset(sb, control, first_damaged);
+  REQUIRE(damaged_page % 4096 == 0);
+  {
+    auto opened = try_open(hold_writeback(files.options()));
+    REQUIRE(opened.ok());
+    cache::Cache& cache = *opened.value();
+    report_memory_failure(files, damaged_page);
+    await_bad_ranges(cache, 1);
+    // Not done before the horizon has passed every one of them, with their data on the device.
+    REQUIRE(cache.flush_all().ok());
+    const cache::CacheStats stats = cache.stats();
+    CHECK(stats.dirty_bytes == 0);
+    CHECK(stats.writeback_errors >= 1);  // the damage is counted
+    cache.abandon();
+  }
+  check_backing_data(files, kWrites);
+  // Every key was clean, so the damaged journal segment went: the next attach does not read it.
+  auto reopened = try_open(files.options());
+  REQUIRE(reopened.ok());
+  check_dirty_data(*reopened.value(), kWrites);
+  reopened.value()->abandon();
+}
+
+TEST_CASE("a key set damaged in place under a running cache: writeback goes past it, every dirty write reaches the "
+          "backing device",
+          "[cache][corruption]") {
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  constexpr uint64_t kWrites = 100;
+  make_dirty_cache(files, kWrites);
+  const format::Superblock sb = superblock_of(files.region.path());
+  const format::ControlArea control = control_of(files.region.path(), sb.salt()).control;
+  // Its magic (the record reads as no key set at all) or one of its keys (a bad checksum).
+  const uint64_t byte = key_set_offset(sb, control, 50) + GENERATE(0u, 40u);
+  {
+    auto opened = try_open(hold_writeback(files.options()));
+    REQUIRE(opened.ok());
+    flip_byte(files.region.path(), byte);  // through the file: the cache's mapping sees it
+    REQUIRE(opened.value()->flush_all().ok());
+    CHECK(opened.value()->stats().dirty_bytes == 0);
+    opened.value()->abandon();
+  }
+  check_backing_data(files, kWrites);
+}
+
+TEST_CASE("a journal page writeback went past: the next attach goes past it too, as long as its keys are clean",
+          "[cache][badblocks]") {
+  auto monitor = pmem::MemoryFailureMonitor::start();
+  REQUIRE(monitor.ok());
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  constexpr uint64_t kWrites = 200;
+  uint64_t damaged_page = 0;
+  {
+    // The journal of a running queue: its segment stays as long as the queue does.
+    auto cache = open_cache(hold_writeback(files.options(true)));
+    auto queue = make_queue(*cache);
+    for (uint64_t i = 0; i < kWrites; ++i) {
+      REQUIRE(queue->write(i * 64, 8, pattern(i + 1, i * 64, 8).data()) == 8 * 512);
+    }
+    const format::Superblock sb = superblock_of(files.region.path());
+    damaged_page = key_set_offset(sb, control_of(files.region.path(), sb.salt()).control, 64);
+    report_memory_failure(files, damaged_page);
+    await_bad_ranges(*cache, 1);
+    // Dirty data after the damage, still to be written back at the crash below.
+    REQUIRE(queue->write(kWrites * 64, 8, pattern(kWrites + 1, kWrites * 64, 8).data()) == 8 * 512);
+    SECTION("written back past the damage before the crash") {
+      REQUIRE(cache->flush_all().ok());
+      REQUIRE(queue->write((kWrites + 1) * 64, 8, pattern(kWrites + 2, (kWrites + 1) * 64, 8).data()) == 8 * 512);
+      queue.reset();
+      cache->abandon();
+      cache.reset();
+      // The page is still bad at the next attach.
+      auto reopened = try_open(with_bad_block(files, damaged_page));
+      INFO(reopened.status().message());
+      REQUIRE(reopened.ok());
+      check_dirty_data(*reopened.value(), kWrites + 2);
+      reopened.value()->abandon();
+    }
+    SECTION("not written back: refused, by name") {
+      queue.reset();
+      cache->abandon();
+      cache.reset();
+      auto reopened = try_open(with_bad_block(files, damaged_page));
+      REQUIRE_FALSE(reopened.ok());
+      CHECK(reopened.status().message().find("bad block") != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("no write goes onto a page reported failing: the open segment is given up, free segments are retired",
