@@ -216,6 +216,11 @@ bool JournalWriter::fits(size_t bytes) const {
                                      bytes + kLinkSize);
 }
 
+bool JournalWriter::can_continue() const {
+  return position_.offset + kLinkSize <= superblock_.segment_size &&
+         !region_.overlaps_bad_range(superblock_.segment_offset(position_.segment) + position_.offset, kLinkSize);
+}
+
 bool JournalWriter::reserve(pmem::PmemWriter& writer, size_t bytes) {
   if (fits(bytes)) return true;
   return bytes + kLinkSize + format::kSegmentHeaderSize <= superblock_.segment_size && advance(writer, /*wait=*/false);

@@ -143,6 +143,10 @@ class JournalWriter {
   void publish(uint64_t last_seq);
 
   uint32_t slot() const { return slot_; }
+  // Whether records can still follow: the link to a next segment goes where the next record would
+  // have, so it must be on good media. False once a memory failure was reported under it (the
+  // records before it may be gone too); the journal's queue then starts a new journal.
+  bool can_continue() const;
 
  private:
   // Whether a key set of `bytes` and a link behind it go into the current segment here.

@@ -71,11 +71,12 @@ EngineQueue::EngineQueue(Engine& engine, io::Ring& ring, uint32_t slot)
       ring_(ring),
       slot_(slot),
       writer_(engine.make_writer()),
-      journal_(*engine.region_, engine.superblock_, *engine.segments_, engine.journals_[slot], slot),
+      journal_(std::make_unique<JournalWriter>(*engine.region_, engine.superblock_, *engine.segments_,
+                                               engine.journals_[slot], slot)),
       tunables_(engine.tunables_) {}
 
 Status EngineQueue::start() {
-  if (Status status = journal_.start(writer_); !status.ok()) {
+  if (Status status = journal_->start(writer_); !status.ok()) {
     std::lock_guard lock(engine_.journals_[slot_].mutex);
     engine_.journals_[slot_].in_use = false;
     return status;
@@ -215,7 +216,11 @@ int EngineQueue::finish_direct_write(const Request& request, WriteRoute route) {
   // Through: into the cache like any write, as data the device already holds. Writes of a batch
   // in progress are committed first, so segment sealing stays in order.
   commit_staged_writes();
-  return write(request, format::KeyKind::WrittenThrough);
+  if (write(request, format::KeyKind::WrittenThrough) < 0) {
+    // The device holds the data, the cache could not take it: what it held of the range goes.
+    forget_clean(request);
+  }
+  return static_cast<int>(request.sectors * kSectorSize);
 }
 
 uint64_t EngineQueue::location_of(const Placement& placement) const {
@@ -258,7 +263,40 @@ bool EngineQueue::place(uint32_t sectors, bool wait, Placement& placement) {
   return true;
 }
 
-void EngineQueue::number(std::vector<format::Key>& keys) {
+int EngineQueue::replace_journal() {
+  auto slot = engine_.claim_journal_slot();
+  if (!slot.ok()) {
+    spdlog::error("cache on {}: journal {} cannot go on and no other can start: {}", engine_.options_.region_path,
+                  slot_, slot.status().message());
+    return -EIO;
+  }
+  auto fresh = std::make_unique<JournalWriter>(*engine_.region_, engine_.superblock_, *engine_.segments_,
+                                               engine_.journals_[*slot], *slot);
+  if (Status status = fresh->start(writer_); !status.ok()) {
+    std::lock_guard lock(engine_.journals_[*slot].mutex);
+    engine_.journals_[*slot].in_use = false;
+    return -EIO;
+  }
+  // Findable before any key in it is acknowledged; the old one stays named until writeback has
+  // passed it (the records before the failure are still read from it).
+  engine_.name_journal(writer_, *slot);
+  spdlog::error("cache on {}: a memory failure was reported where journal {} goes on; the queue's keys go to journal {} "
+                "from now on",
+                engine_.options_.region_path, slot_, *slot);
+  {
+    std::lock_guard lock(engine_.journals_[slot_].mutex);
+    engine_.journals_[slot_].active = false;
+  }
+  journal_ = std::move(fresh);
+  slot_ = *slot;
+  engine_.writeback_->kick();
+  return 0;
+}
+
+int EngineQueue::number(std::vector<format::Key>& keys) {
+  if (!journal_->can_continue()) {
+    if (int error = replace_journal(); error != 0) return error;
+  }
   // The horizon may never pass a number handed out but not yet published. compute_horizon()
   // reads next_seq_ (acquire) before the journals' inflight_seq: if it sees this fetch_add or a
   // later one, the release makes the store of a bound at or below this write's numbers visible
@@ -268,6 +306,7 @@ void EngineQueue::number(std::vector<format::Key>& keys) {
   state.inflight_seq.store(engine_.next_seq_.load(std::memory_order_relaxed), std::memory_order_relaxed);
   const uint64_t first = engine_.next_seq_.fetch_add(keys.size(), std::memory_order_release);
   for (size_t i = 0; i < keys.size(); ++i) keys[i].seq = first + i;
+  return 0;
 }
 
 void EngineQueue::commit(std::vector<format::Key>& keys) {
@@ -282,9 +321,9 @@ void EngineQueue::commit(std::vector<format::Key>& keys) {
   commit_data_bytes_ = 0;
   commit_hashed_ = true;
   // Encoded while the data's streaming stores drain.
-  journal_.stage(writer_, keys, ordering);
+  journal_->stage(writer_, keys, ordering);
   if (ordering == format::DataOrdering::DataFirst) writer_.drain();
-  journal_.write_staged(writer_);
+  journal_->write_staged(writer_);
   // The data and keys are durable after this fence; only now may the writes be acknowledged.
   writer_.drain();
   for (const format::Key& key : keys) {
@@ -308,7 +347,7 @@ void EngineQueue::commit(std::vector<format::Key>& keys) {
     }
   }
   // Published only after the index holds the keys: writeback looks keys up in the index.
-  journal_.publish(keys.back().seq);
+  journal_->publish(keys.back().seq);
   seal_filled();
   // Journaled once: a key left here would be journaled again by the next commit, with a newer
   // sequence number, undoing whatever other queues wrote to its sectors in between.
@@ -387,7 +426,10 @@ int EngineQueue::write(const Request& request, format::KeyKind kind) {
   // Numbered before the copy: taking a number is a locked instruction, which would otherwise wait
   // for the data's streaming stores to drain; the key sets are then encoded while they do. (Not
   // before place_write: a writer waiting there for GC must not hold back the clean horizon.)
-  number(keys_);
+  if (int error = number(keys_); error != 0) {
+    keys_.clear();  // the room taken stays unreferenced
+    return error;
+  }
   copy_write(request, 0);
   commit(keys_);
   return static_cast<int>(request.sectors * kSectorSize);
@@ -397,8 +439,14 @@ void EngineQueue::commit_staged_writes() {
   if (staged_.empty()) return;
   if (!keys_.empty()) {
     // One fence for all the batch's data and its keys.
-    number(keys_);
-    commit(keys_);
+    if (int error = number(keys_); error != 0) {
+      keys_.clear();
+      for (StagedWrite& write : staged_) {
+        if (write.result > 0) write.result = error;
+      }
+    } else {
+      commit(keys_);
+    }
   }
   // The batch is taken out of staged_ before its completions run, as one may submit again. The
   // two vectors trade places, keeping their capacity: a batch allocates nothing.
@@ -413,29 +461,31 @@ void EngineQueue::commit_staged_writes() {
   spare_staged_ = std::move(done);
 }
 
-void EngineQueue::commit_range(const Request& request, format::KeyKind kind) {
+int EngineQueue::commit_range(const Request& request, format::KeyKind kind) {
   assert(keys_.empty());  // nothing staged: commit_staged_writes() ran before
   format::Key key;
   key.sector = request.sector;
   key.sectors = request.sectors;
   key.kind = kind;
   keys_.push_back(key);
-  number(keys_);
+  if (int error = number(keys_); error != 0) {
+    keys_.clear();
+    return error;
+  }
   commit(keys_);
+  return 0;
 }
 
 int EngineQueue::write_zeroes(const Request& request) {
-  commit_range(request, format::KeyKind::Zero);
   QueueCounters::bump(counters_.write_zeroes);
-  return 0;
+  return commit_range(request, format::KeyKind::Zero);
 }
 
 int EngineQueue::discard(const Request& request) {
   // The cache forgets the range now; writeback passes the discard down to the backing device in
   // journal order, where no newer key has written since (Writeback::collect).
-  commit_range(request, format::KeyKind::Discard);
   QueueCounters::bump(counters_.discards);
-  return 0;
+  return commit_range(request, format::KeyKind::Discard);
 }
 
 void EngineQueue::read(const Request& request, RequestCompletion* completion, const Timing& timing,

@@ -113,13 +113,14 @@ class EngineQueue final : public CacheQueue {
   // sequential: the read is part of a stream past the cutoff (its misses are not filled).
   void read(const Request& request, RequestCompletion* completion, const Timing& timing, bool sequential);
   int discard(const Request& request);
-  // Gives keys their sequence numbers, marking the journal as having a write in flight.
-  void number(std::vector<format::Key>& keys);
+  // Gives keys their sequence numbers, marking the journal as having a write in flight. -EIO
+  // (nothing numbered) when the journal cannot go on and no other can be started now.
+  int number(std::vector<format::Key>& keys);
   // Journals numbered keys (their data copied, not drained), makes data and keys durable, applies
   // them to the index and publishes them to writeback; empties keys.
   void commit(std::vector<format::Key>& keys);
-  // A key for the whole request's range, without data (write-zeroes, discard).
-  void commit_range(const Request& request, format::KeyKind kind);
+  // A key for the whole request's range, without data (write-zeroes, discard); 0 or -EIO.
+  int commit_range(const Request& request, format::KeyKind kind);
 
   // Room for up to `sectors` in the open data segment, opening a new one when it is full
   // (waiting for GC when `wait`). The new segment's header is written but not drained.
@@ -127,12 +128,17 @@ class EngineQueue final : public CacheQueue {
   uint64_t location_of(const Placement& placement) const;
   uint64_t location_of(const format::Key& key) const;
   void fill(uint64_t sector, uint32_t sectors, const std::byte* data, uint64_t change_count);
+  // Starts a journal in another slot for this queue when a memory failure was reported where its
+  // own goes on (JournalWriter::can_continue): the old one is left to writeback, like the journal
+  // of a queue that went away. Before numbering, so that the numbers' in-flight bound is the new
+  // journal's. -EIO when no slot or segment is to be had now (the next write tries again).
+  int replace_journal();
 
   Engine& engine_;
   io::Ring& ring_;
   uint32_t slot_;
   pmem::PmemWriter writer_;
-  JournalWriter journal_;
+  std::unique_ptr<JournalWriter> journal_;  // replaced when it cannot go on (replace_journal)
   QueueCounters counters_;
   TunablesView tunables_;
   SequentialDetector sequential_;

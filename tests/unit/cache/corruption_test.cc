@@ -13,6 +13,7 @@
 #include "format/key_set.h"
 #include "format/layout.h"
 #include "format/superblock.h"
+#include "pcached/pmem_writer.h"
 #include "pmem/memory_failure.h"
 #include "support/cache_fixture.h"
 #include "support/eventually.h"
@@ -681,6 +682,54 @@ TEST_CASE("a journal page writeback went past: the next attach goes past it too,
       CHECK(reopened.status().message().find("bad block") != std::string::npos);
     }
   }
+}
+
+// Counts the stores any writer makes into one range of the region, once watching.
+struct StoresInto final : pmem::PersistObserver {
+  std::atomic<uint64_t> begin{0}, end{0};
+  std::atomic<uint64_t> stores{0};
+  void on_store(uint64_t offset, size_t len, pmem::StoreKind) override {
+    if (offset < end.load() && offset + len > begin.load()) stores.fetch_add(1);
+  }
+  void on_flush(uint64_t, size_t) override {}
+  void on_fence() override {}
+};
+
+TEST_CASE("a memory failure where a queue's journal goes on: the queue starts another journal, nothing is written "
+          "onto the page, nothing is lost",
+          "[cache][badblocks]") {
+  auto monitor = pmem::MemoryFailureMonitor::start();
+  REQUIRE(monitor.ok());
+  CacheFiles files(kRegionBytes, kBackingBytes);
+  StoresInto observer;
+  cache::CacheOptions options = hold_writeback(files.options(true));
+  options.persist_observer = &observer;
+  auto cache = open_cache(options);
+  auto queue = make_queue(*cache);
+  constexpr uint64_t kBefore = 10, kWrites = 200;
+  for (uint64_t i = 0; i < kWrites; ++i) {
+    if (i == kBefore) {
+      // The page of the journal's next key set (and of the ten before it).
+      const format::Superblock sb = superblock_of(files.region.path());
+      const uint64_t page = key_set_offset(sb, control_of(files.region.path(), sb.salt()).control, kBefore) & ~uint64_t{4095};
+      report_memory_failure(files, page);
+      await_bad_ranges(*cache, 1);
+      observer.end = page + 4096;
+      observer.begin = page;
+    }
+    REQUIRE(queue->write(i * 64, 8, pattern(i + 1, i * 64, 8).data()) == 8 * 512);
+  }
+  CHECK(observer.stores == 0);
+  // The keys of the first ten writes are only in the index now (and in the failed page): the
+  // flush writes them back from there.
+  REQUIRE(cache->flush_all().ok());
+  CHECK(cache->stats().dirty_bytes == 0);
+  CHECK(observer.stores == 0);
+  check_dirty_data(*cache, kWrites);
+  queue.reset();
+  REQUIRE(cache->detach(false).ok());
+  cache.reset();
+  check_backing_data(files, kWrites);
 }
 
 TEST_CASE("no write goes onto a page reported failing: the open segment is given up, free segments are retired",
