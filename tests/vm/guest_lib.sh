@@ -50,6 +50,18 @@ read_all() {
   echo "blocks failing with EIO:${failed:- none}"
 }
 
+# Has the kernel take a 4 KiB page away as failed: 12 KiB into each 2 MiB of /dev/dax0.0 at the
+# given MiB offsets (debugfs mounted). pcachedd maps the device in 2 MiB pages (its default
+# alignment), so each is reported as 2 MiB, the extent the kernel unmaps. One at a time: SIGBUS is
+# not a queued signal, so a report sent while the one before is still pending would be lost.
+fail_chunks() {
+  dax_base=$(cat /sys/bus/dax/devices/dax0.0/resource)
+  for mib in "$@"; do
+    echo $(((dax_base + mib * 1024 * 1024 + 12 * 1024) / 4096)) > /sys/kernel/debug/hwpoison/corrupt-pfn
+    sleep 0.3
+  done
+}
+
 start_daemon() {
   pcachedd --state-dir /var/lib/pcached "$@" >/tmp/pcachedd.log 2>&1 &
   DAEMON_PID=$!

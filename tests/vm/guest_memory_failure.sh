@@ -15,18 +15,6 @@ sectors=$(cat /sys/block/vda/size)
 # No udev in the guest: dmsetup makes the node itself.
 dmsetup create backing --noudevsync --table "0 $sectors linear /dev/vda 0"
 dmsetup mknodes backing
-dax_base=$(cat /sys/bus/dax/devices/dax0.0/resource)
-
-# Has the kernel take a 4 KiB page away as failed: 12 KiB into each 2 MiB of /dev/dax0.0 at the
-# given MiB offsets. pcachedd maps the device in 2 MiB pages (its default alignment), so each is
-# reported as 2 MiB, the extent the kernel unmaps. One at a time: SIGBUS is not a queued signal, so
-# a report sent while the one before is still pending would be lost.
-fail_chunks() {
-  for mib in "$@"; do
-    echo $(((dax_base + mib * 1024 * 1024 + 12 * 1024) / 4096)) > /sys/kernel/debug/hwpoison/corrupt-pfn
-    sleep 0.3
-  done
-}
 # A fresh cache's journals take its first free segments and its data the ones after, in order:
 # with 4 MiB segments from 10 MiB on and the guest's two queues, journals in 10-18 MiB, the clean
 # data in 18-46 MiB, then the fills of its misses, then the dirty data. The chunks failed below
