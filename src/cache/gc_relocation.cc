@@ -41,10 +41,16 @@ uint64_t keys_for(uint64_t live_sectors, size_t segments) { return live_sectors 
 GcRelocation::GcRelocation(Engine& engine, pmem::PmemWriter& writer)
     : engine_(engine), writer_(writer) {}
 
-GcRelocation::~GcRelocation() {
+GcRelocation::~GcRelocation() { leave_journal(); }
+
+void GcRelocation::leave_journal() {
   if (journal_slot_ == UINT32_MAX) return;
-  std::lock_guard lock(engine_.journals_[journal_slot_].mutex);
-  engine_.journals_[journal_slot_].active = false;
+  {
+    std::lock_guard lock(engine_.journals_[journal_slot_].mutex);
+    engine_.journals_[journal_slot_].active = false;
+  }
+  journal_.reset();
+  journal_slot_ = UINT32_MAX;
 }
 
 bool GcRelocation::worth_moving(uint64_t live_sectors) const {
@@ -60,6 +66,14 @@ uint64_t GcRelocation::dirty_sectors_per_run() const {
 }
 
 bool GcRelocation::reserve_journal(uint64_t live_sectors, size_t segments) {
+  if (journal_ && !journal_->can_continue()) {
+    // A memory failure was reported where GC's journal goes on, so it cannot even link to a new
+    // segment: it is left (writeback passes journals of moves by, its segments go with the
+    // horizon) and GC starts another. Nothing is pending between runs.
+    spdlog::error("cache on {}: a memory failure was reported where GC's journal {} goes on; GC starts another",
+                  engine_.options_.region_path, journal_slot_);
+    leave_journal();
+  }
   if (!journal_) {
     auto slot = engine_.claim_journal_slot();
     if (!slot.ok()) return false;

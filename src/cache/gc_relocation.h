@@ -87,6 +87,8 @@ class GcRelocation {
   // nullopt if none is free.
   std::optional<uint32_t> open_segment();
   void seal_open_segment();
+  // GC's journal is done with: marked inactive, for writeback and reclaim to finish.
+  void leave_journal();
 
   Engine& engine_;
   pmem::PmemWriter& writer_;

@@ -7,11 +7,13 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <fstream>
+#include <mutex>
 
 #include "backing/backing_device.h"
 #include "format/control_area.h"
 #include "format/key_set.h"
 #include "format/layout.h"
+#include "format/segment_header.h"
 #include "format/superblock.h"
 #include "pcached/pmem_writer.h"
 #include "pmem/memory_failure.h"
@@ -684,28 +686,69 @@ TEST_CASE("a journal page writeback went past: the next attach goes past it too,
   }
 }
 
-// Counts the stores any writer makes into one range of the region, once watching.
+// Counts the stores any writer makes into the watched pages of the region.
 struct StoresInto final : pmem::PersistObserver {
-  std::atomic<uint64_t> begin{0}, end{0};
+  std::mutex mutex;
+  std::vector<uint64_t> pages;  // 4 KiB each
   std::atomic<uint64_t> stores{0};
+  void watch(uint64_t page) {
+    std::lock_guard lock(mutex);
+    pages.push_back(page);
+  }
   void on_store(uint64_t offset, size_t len, pmem::StoreKind) override {
-    if (offset < end.load() && offset + len > begin.load()) stores.fetch_add(1);
+    std::lock_guard lock(mutex);
+    for (uint64_t page : pages) {
+      if (offset < page + 4096 && offset + len > page) stores.fetch_add(1);
+    }
   }
   void on_flush(uint64_t, size_t) override {}
   void on_fence() override {}
 };
 
+// A fresh cache, writeback held off, the memory-failure monitor running and the stores watched.
+struct WatchedCache {
+  WatchedCache() : monitor(pmem::MemoryFailureMonitor::start()), files(kRegionBytes, kBackingBytes) {
+    REQUIRE(monitor.ok());
+    cache::CacheOptions options = hold_writeback(files.options(true));
+    options.persist_observer = &observer;
+    cache = open_cache(options);
+    queue = make_queue(*cache);
+  }
+  Result<std::unique_ptr<pmem::MemoryFailureMonitor>> monitor;
+  CacheFiles files;
+  StoresInto observer;
+  std::unique_ptr<cache::Cache> cache;
+  std::unique_ptr<frontend::SyncQueue> queue;
+};
+
+// Where the next record of each journal segment of the region would go: after its last key set or
+// link, for every segment whose header says it is a journal's.
+std::vector<uint64_t> journal_ends(const std::string& region) {
+  const format::Superblock sb = superblock_of(region);
+  std::vector<uint64_t> ends;
+  for (uint32_t segment = 0; segment < sb.segment_count; ++segment) {
+    const auto bytes = read_at(region, sb.segment_offset(segment), sb.segment_size);
+    auto header = format::decode_segment_header(
+        std::span<const std::byte, format::kSegmentHeaderEncodedSize>(bytes.data(), format::kSegmentHeaderEncodedSize), sb.salt());
+    if (!header.ok() || header->type != format::SegmentType::Journal) continue;
+    uint64_t offset = format::kSegmentHeaderSize;
+    std::vector<format::Key> keys;
+    while (offset + format::kKeySetHeaderSize <= sb.segment_size) {
+      keys.clear();
+      auto set = format::decode_key_set(std::span(bytes).subspan(offset), header->generation, sb.salt(), keys);
+      if (!set.ok()) break;
+      offset += format::encoded_key_set_size(set->count);
+    }
+    ends.push_back(sb.segment_offset(segment) + offset);
+  }
+  return ends;
+}
+
 TEST_CASE("a memory failure where a queue's journal goes on: the queue starts another journal, nothing is written "
           "onto the page, nothing is lost",
           "[cache][badblocks]") {
-  auto monitor = pmem::MemoryFailureMonitor::start();
-  REQUIRE(monitor.ok());
-  CacheFiles files(kRegionBytes, kBackingBytes);
-  StoresInto observer;
-  cache::CacheOptions options = hold_writeback(files.options(true));
-  options.persist_observer = &observer;
-  auto cache = open_cache(options);
-  auto queue = make_queue(*cache);
+  WatchedCache watched;
+  auto& [monitor, files, observer, cache, queue] = watched;
   constexpr uint64_t kBefore = 10, kWrites = 200;
   for (uint64_t i = 0; i < kWrites; ++i) {
     if (i == kBefore) {
@@ -714,8 +757,7 @@ TEST_CASE("a memory failure where a queue's journal goes on: the queue starts an
       const uint64_t page = key_set_offset(sb, control_of(files.region.path(), sb.salt()).control, kBefore) & ~uint64_t{4095};
       report_memory_failure(files, page);
       await_bad_ranges(*cache, 1);
-      observer.end = page + 4096;
-      observer.begin = page;
+      observer.watch(page);
     }
     REQUIRE(queue->write(i * 64, 8, pattern(i + 1, i * 64, 8).data()) == 8 * 512);
   }
@@ -730,6 +772,39 @@ TEST_CASE("a memory failure where a queue's journal goes on: the queue starts an
   REQUIRE(cache->detach(false).ok());
   cache.reset();
   check_backing_data(files, kWrites);
+}
+
+TEST_CASE("memory failures where the journals go on while GC moves dirty data: queues and GC start new journals, "
+          "nothing is written onto the pages, nothing is lost",
+          "[cache][badblocks][model]") {
+  // Writeback held off over 6 MiB of random writes in a 12 MiB cache: GC moves dirty data, so it
+  // has a journal of its own.
+  WatchedCache watched;
+  auto& [monitor, files, observer, cache, queue] = watched;
+  Model model(kBackingBytes / kSector);
+  constexpr uint64_t kRange = 6 * MiB / kSector;
+  REQUIRE(random_workload(*queue, model, 0, kRange, 91, 1500, 1) == "");
+  REQUIRE(eventually([&] { return cache->stats().gc_moved_dirty_bytes > 0; }, std::chrono::seconds(10)));
+  // Between requests the queue's journal stands still; GC's may move on after the scan, past the
+  // page (then nothing writes there anyway).
+  uint64_t reported = 0;
+  for (uint64_t end : journal_ends(files.region.path())) {
+    const uint64_t page = end & ~uint64_t{4095};
+    if (std::find(observer.pages.begin(), observer.pages.end(), page) != observer.pages.end()) continue;
+    report_memory_failure(files, page);
+    ++reported;
+    await_bad_ranges(*cache, reported);
+    observer.watch(page);
+  }
+  REQUIRE(reported >= 2);  // the queue's journal and GC's, at least
+  REQUIRE(random_workload(*queue, model, 0, kRange, 92, 3000, 100000) == "");
+  check_everything(*queue, model, 0, kRange);
+  CHECK(observer.stores == 0);
+  REQUIRE(cache->flush_all().ok());
+  check_everything(*queue, model, 0, kRange);
+  CHECK(observer.stores == 0);
+  queue.reset();
+  REQUIRE(cache->detach(false).ok());
 }
 
 TEST_CASE("no write goes onto a page reported failing: the open segment is given up, free segments are retired",
