@@ -534,37 +534,34 @@ void Writeback::note_write_failure(int result) {
                engine_.options_.region_path, engine_.backing_->path(), std::strerror(-result), consecutive_failures_);
 }
 
-bool Writeback::pass_damage(const Damage& damage) {
-  JournalState& journal = engine_.journals_[damage.slot];
+JournalPosition Writeback::where_journal_goes_on(const Damage& damage, uint64_t& until) const {
   std::vector<ChainSegment> chain;
   {
+    JournalState& journal = engine_.journals_[damage.slot];
     std::lock_guard lock(journal.mutex);
     chain.assign(journal.chain.begin(), journal.chain.end());
   }
   const format::Superblock& superblock = engine_.superblock_;
-  // Where the journal goes on: the next whole record in the damaged segment or a later one of
-  // its chain (as the writer keeps it in DRAM: the link may be what was lost), else its end.
-  JournalPosition resume = damage.published;
-  uint64_t until = engine_.next_seq_.load();  // the damaged keys are numbered below this
+  // The next whole record in the damaged segment or a later one of its chain (as the writer keeps
+  // it in DRAM: the link may be what was lost), else the journal's end.
+  until = engine_.next_seq_.load();
   auto segment = std::find_if(chain.begin(), chain.end(), [&](const ChainSegment& c) { return c.segment == damage.at.segment; });
   uint64_t from = uint64_t{damage.at.offset} + format::kKeySetAlignment;
   for (; segment != chain.end(); ++segment) {
     const bool last = segment->segment == damage.published.segment;
     const uint64_t end = last ? damage.published.offset : superblock.segment_size;
     if (auto found = find_key_set(*engine_.region_, superblock, segment->segment, segment->generation, from, end)) {
-      resume = {segment->segment, segment->generation, found->offset};
       if (format::holds_keys(found->header.kind)) until = found->header.first_seq;
-      break;
+      return {segment->segment, segment->generation, found->offset};
     }
     if (last) break;
     from = format::kSegmentHeaderSize;
   }
-  const uint64_t horizon = engine_.clean_horizon_.load();
-  spdlog::error("cache on {}: journal {} cannot be read ({}); its dirty data numbered {}..{} is written back from the "
-                "index instead, and the journal goes on at segment {} offset {}",
-                engine_.options_.region_path, damage.slot, damage.what, horizon, until, resume.segment, resume.offset);
-  errors_.fetch_add(1);
-  const std::vector<std::pair<uint64_t, Extent>> extents = engine_.index_.extents_numbered(horizon, until);
+  return damage.published;
+}
+
+bool Writeback::write_back_numbered(uint64_t from, uint64_t until) {
+  const std::vector<std::pair<uint64_t, Extent>> extents = engine_.index_.extents_numbered(from, until);
   std::vector<format::Key> key(1);
   size_t next = 0;
   do {
@@ -579,14 +576,14 @@ bool Writeback::pass_damage(const Damage& damage) {
       key[0].kind = (extent.flags & Extent::kDiscarded) ? format::KeyKind::Discard
                     : (extent.flags & Extent::kZero)     ? format::KeyKind::Zero
                                                          : format::KeyKind::Write;
-      if (!take_key_set(key, horizon, batch, /*check_liveness=*/false)) {
+      if (!take_key_set(key, from, batch, /*check_liveness=*/false)) {
         if (pieces.empty()) grow_bounce(bounce_size_ * 2);
         break;
       }
       ++next;
     }
     record_lost();
-    // (Also with no pieces: written-through data among the damaged keys is owed a flush.)
+    // (Also with no pieces: written-through data among them is owed a flush.)
     const int result = write_and_flush(pieces);
     in_flight_.clear();
     if (result != 0) {
@@ -596,6 +593,19 @@ bool Writeback::pass_damage(const Damage& damage) {
     for (const Piece& piece : pieces) bytes_.fetch_add(piece.discard ? 0 : uint64_t{piece.sectors} * kSectorSize);
     batches_.fetch_add(1);
   } while (next < extents.size());
+  return true;
+}
+
+bool Writeback::pass_damage(const Damage& damage) {
+  uint64_t until = 0;  // the damaged keys are numbered below it
+  const JournalPosition resume = where_journal_goes_on(damage, until);
+  const uint64_t horizon = engine_.clean_horizon_.load();
+  spdlog::error("cache on {}: journal {} cannot be read ({}); its dirty data numbered {}..{} is written back from the "
+                "index instead, and the journal goes on at segment {} offset {}",
+                engine_.options_.region_path, damage.slot, damage.what, horizon, until, resume.segment, resume.offset);
+  errors_.fetch_add(1);
+  if (!write_back_numbered(horizon, until)) return false;
+  JournalState& journal = engine_.journals_[damage.slot];
   std::lock_guard lock(journal.mutex);
   journal.cursor = resume;
   return true;

@@ -97,6 +97,12 @@ class Writeback {
   // journals' keys among them are written again when their journals get there.) False if the
   // backing device failed; the cursor stays, and the next round tries again.
   bool pass_damage(const Damage& damage);
+  // The first whole record of the damaged journal past the damage (or its published end), and in
+  // `until` the number its keys start at (the next number to be given when that is unknown).
+  JournalPosition where_journal_goes_on(const Damage& damage, uint64_t& until) const;
+  // Writes back, and flushes, the dirty extents of the index numbered in [from, until); false if
+  // the backing device failed.
+  bool write_back_numbered(uint64_t from, uint64_t until);
   // Counts a batch the backing device failed to take, for the backoff and the flush's give-up.
   void note_write_failure(int result);
   // A batch as collect() gathers it. No two of its pieces may overlap: the device may store them
