@@ -136,7 +136,7 @@ std::optional<FoundKeySet> find_key_set(const pmem::Region& region, const format
     }
     keys.clear();
     auto header = format::decode_key_set(std::span(record.data(), length), generation, superblock.salt(), keys);
-    if (header.ok()) return FoundKeySet{static_cast<uint32_t>(offset), *header};
+    if (header.ok()) return FoundKeySet{static_cast<uint32_t>(offset), *header, std::move(keys)};
   }
   return std::nullopt;
 }

@@ -63,6 +63,7 @@ enum class JournalEnd { Clean, Torn, Damaged };
 struct FoundKeySet {
   uint32_t offset;
   format::KeySetHeader header;
+  std::vector<format::Key> keys;
 };
 
 // The first whole record of the journal segment `segment` (of `generation`) that starts at an

@@ -152,7 +152,12 @@ Status Engine::recover() {
       const JournalPosition at = reader.position();
       const auto found = find_key_set(*region_, superblock_, at.segment, at.generation,
                                       uint64_t{at.offset} + format::kKeySetAlignment, superblock_.segment_size);
-      if (!found || !format::holds_keys(found->header.kind) || found->header.first_seq > control.clean_horizon) {
+      // Not in GC's journal of moves: its sets carry the numbers of the keys they move, in no order.
+      const auto is_move = [](const format::Key& key) {
+        return key.kind == format::KeyKind::Relocated || key.kind == format::KeyKind::Retired;
+      };
+      if (!found || !format::holds_keys(found->header.kind) || found->header.first_seq > control.clean_horizon ||
+          replayed.relocation || std::any_of(found->keys.begin(), found->keys.end(), is_move)) {
         return Status::error(EBADMSG,
                              where + ": " + reader.damage() + "; refusing to attach rather than lose the keys after it");
       }

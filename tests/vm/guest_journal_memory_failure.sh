@@ -5,17 +5,8 @@
 # a new journal elsewhere, and writeback writes back the dirty data whose keys were on the failed
 # pages from the index: nothing is lost, and after `remove` the backing disk alone holds it all.
 . /guest_lib.sh
-trap show_daemon_log EXIT
-ip link set lo up
-mount -t debugfs debugfs /sys/kernel/debug
-make_devdax 512M
-sectors=$(cat /sys/block/vda/size)
-dmsetup create backing --noudevsync --table "0 $sectors linear /dev/vda 0"
-dmsetup mknodes backing
 blocks=384  # 64 KiB each: 24 MiB
-start_daemon
-dev=$(pcached add --cache /dev/dax0.0 --backing /dev/mapper/backing --name mce --format --segment-size 4M \
-      --set sequential_cutoff=0)
+start_memory_failure_cache
 # The backing device fails every write (a dm error table): all the data stays dirty in the cache.
 swap_dm_table backing "0 $sectors error"
 dd if=/dev/urandom of=/tmp/data bs=64k count=$blocks 2>/dev/null

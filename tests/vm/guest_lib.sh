@@ -62,6 +62,23 @@ fail_chunks() {
   done
 }
 
+# The set-up of the memory-failure tests: debugfs for hwpoison_inject, a 512 MiB devdax namespace,
+# the virtio disk behind a dm-linear device `backing` (whose table the tests swap), and a fresh
+# cache `mce` on them with 4 MiB segments; sets $sectors (of the disk) and $dev.
+start_memory_failure_cache() {
+  trap show_daemon_log EXIT
+  ip link set lo up
+  mount -t debugfs debugfs /sys/kernel/debug
+  make_devdax 512M
+  sectors=$(cat /sys/block/vda/size)
+  # No udev in the guest: dmsetup makes the node itself.
+  dmsetup create backing --noudevsync --table "0 $sectors linear /dev/vda 0"
+  dmsetup mknodes backing
+  start_daemon
+  dev=$(pcached add --cache /dev/dax0.0 --backing /dev/mapper/backing --name mce --format --segment-size 4M \
+        --set sequential_cutoff=0)
+}
+
 start_daemon() {
   pcachedd --state-dir /var/lib/pcached "$@" >/tmp/pcachedd.log 2>&1 &
   DAEMON_PID=$!

@@ -7,22 +7,12 @@
 # rewritten data goes elsewhere. (The emulated NVDIMM holds no real poison, so without the report
 # every read would still succeed: only the report can make these checks pass.)
 . /guest_lib.sh
-trap show_daemon_log EXIT
-ip link set lo up
-mount -t debugfs debugfs /sys/kernel/debug
-make_devdax 512M
-sectors=$(cat /sys/block/vda/size)
-# No udev in the guest: dmsetup makes the node itself.
-dmsetup create backing --noudevsync --table "0 $sectors linear /dev/vda 0"
-dmsetup mknodes backing
 # A fresh cache's journals take its first free segments and its data the ones after, in order:
 # with 4 MiB segments from 10 MiB on and the guest's two queues, journals in 10-18 MiB, the clean
 # data in 18-46 MiB, then the fills of its misses, then the dirty data. The chunks failed below
 # are well inside the data.
 blocks=384  # 64 KiB each: 24 MiB
-start_daemon
-dev=$(pcached add --cache /dev/dax0.0 --backing /dev/mapper/backing --name mce --format --segment-size 4M \
-      --set sequential_cutoff=0)
+start_memory_failure_cache
 grep -q "cannot ask for early memory-failure reports" /tmp/pcachedd.log && exit 1
 
 # Clean data: written back, still cached (the second read hits), then its pages fail. Every block
