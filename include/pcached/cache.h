@@ -62,6 +62,9 @@ struct CacheOptions {
   // Tests: called on the engine's thread that gives a segment back to the allocator, right after
   // it did (from then on, the segment's next user may overwrite it at any moment).
   std::function<void(uint32_t segment)> segment_released;
+  // Tests: called on the writeback thread when a GC run has moved dirty data or retired segments,
+  // right before it makes that durable in its journal.
+  std::function<void()> gc_moved;
   // Tests: offsets of the region to treat as bad blocks reported at open (offset, length).
   std::vector<std::pair<uint64_t, uint64_t>> injected_bad_ranges;
   std::chrono::milliseconds writeback_interval{5};

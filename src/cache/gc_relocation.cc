@@ -65,35 +65,42 @@ uint64_t GcRelocation::dirty_sectors_per_run() const {
   return keys / kKeysPerSector;
 }
 
-bool GcRelocation::reserve_journal(uint64_t live_sectors, size_t segments) {
+bool GcRelocation::start_journal() {
+  auto slot = engine_.claim_journal_slot();
+  if (!slot.ok()) return false;
+  auto journal = std::make_unique<JournalWriter>(*engine_.region_, engine_.superblock_, *engine_.segments_,
+                                                 engine_.journals_[*slot], *slot);
+  if (!journal->start(writer_, /*wait=*/false).ok()) {
+    std::lock_guard lock(engine_.journals_[*slot].mutex);
+    engine_.journals_[*slot].in_use = false;
+    return false;
+  }
+  {
+    std::lock_guard lock(engine_.journals_[*slot].mutex);
+    engine_.journals_[*slot].relocation = true;
+  }
+  // Findable before any key in it counts (ordering rule 4).
+  engine_.name_journal(writer_, *slot);
+  journal_ = std::move(journal);
+  journal_slot_ = *slot;
+  return true;
+}
+
+bool GcRelocation::journal_room(size_t bytes) {
   if (journal_ && !journal_->can_continue()) {
     // A memory failure was reported where GC's journal goes on, so it cannot even link to a new
     // segment: it is left (writeback passes journals of moves by, its segments go with the
-    // horizon) and GC starts another. Nothing is pending between runs.
+    // horizon) and GC starts another.
     spdlog::error("cache on {}: a memory failure was reported where GC's journal {} goes on; GC starts another",
                   engine_.options_.region_path, journal_slot_);
     leave_journal();
   }
-  if (!journal_) {
-    auto slot = engine_.claim_journal_slot();
-    if (!slot.ok()) return false;
-    auto journal = std::make_unique<JournalWriter>(*engine_.region_, engine_.superblock_, *engine_.segments_,
-                                                   engine_.journals_[*slot], *slot);
-    if (!journal->start(writer_, /*wait=*/false).ok()) {
-      std::lock_guard lock(engine_.journals_[*slot].mutex);
-      engine_.journals_[*slot].in_use = false;
-      return false;
-    }
-    {
-      std::lock_guard lock(engine_.journals_[*slot].mutex);
-      engine_.journals_[*slot].relocation = true;
-    }
-    // Findable before any key in it counts (ordering rule 4).
-    engine_.name_journal(writer_, *slot);
-    journal_ = std::move(journal);
-    journal_slot_ = *slot;
-  }
-  return journal_->reserve(writer_, journal_bytes(keys_for(live_sectors, segments)));
+  if (!journal_ && !start_journal()) return false;
+  return journal_->reserve(writer_, bytes);
+}
+
+bool GcRelocation::reserve_journal(uint64_t live_sectors, size_t segments) {
+  return journal_room(journal_bytes(keys_for(live_sectors, segments)));
 }
 
 void GcRelocation::seal_open_segment() {
@@ -212,8 +219,16 @@ void GcRelocation::retire(uint32_t segment, uint32_t generation, uint64_t max_di
   pending_.push_back({key, std::nullopt});
 }
 
-void GcRelocation::commit() {
-  if (pending_.empty()) return;
+bool GcRelocation::commit() {
+  // A record below the clean horizon is needed no more: the data it moved, or every key naming the
+  // segment it retires, is on the backing device, as for a victim that was clean when GC took it.
+  // So a run that could not commit waits at most until writeback has passed its records.
+  const uint64_t horizon = engine_.clean_horizon_.load();
+  std::erase_if(pending_, [&](const Record& record) { return record.key.seq < horizon; });
+  if (pending_.empty()) {
+    commit_waits_ = false;
+    return true;
+  }
   // In sequence order, each checksum right after the key of its data.
   std::stable_sort(pending_.begin(), pending_.end(),
                    [](const Record& a, const Record& b) { return a.key.seq < b.key.seq; });
@@ -223,6 +238,20 @@ void GcRelocation::commit() {
     keys.push_back(record.key);
     if (record.checksum) keys.push_back(*record.checksum);
   }
+  // What reserve_journal() made room for, unless a memory failure took it since: then the sets go
+  // to another journal, never onto the failed page (nor through a wait for a segment, which only
+  // GC would free).
+  if (!journal_room(journal_bytes(keys.size()))) {
+    if (!commit_waits_) {
+      spdlog::error("cache on {}: GC cannot make its moves durable (no journal slot or segment free): its victims "
+                    "stay, and GC waits",
+                    engine_.options_.region_path);
+    }
+    commit_waits_ = true;
+    return false;
+  }
+  if (commit_waits_) spdlog::info("cache on {}: GC made its moves durable; it goes on", engine_.options_.region_path);
+  commit_waits_ = false;
   pending_.clear();
   // The moved data is durable already (copy_persist): the keys follow it (data first), and are
   // durable before any victim is released.
@@ -230,6 +259,7 @@ void GcRelocation::commit() {
   journal_->write_staged(writer_);
   writer_.drain();
   journal_->publish(keys.back().seq);
+  return true;
 }
 
 }  // namespace pcached::cache

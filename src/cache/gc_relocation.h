@@ -58,8 +58,14 @@ class GcRelocation {
   // above the clean horizon naming it, all of its live data moved.
   void retire(uint32_t segment, uint32_t generation, uint64_t max_dirty_seq);
   // Makes the recorded moves and retirements durable in GC's journal: before the victims are
-  // released (invariant 5).
-  void commit();
+  // released (invariant 5). reserve_journal() made room for them, but a memory failure reported
+  // since, where the journal goes on, takes that room: GC then moves to another journal. False if
+  // it cannot start one (no slot or segment free): the records stay, for the next call, and the
+  // run's victims may not be released until one succeeds. Records writeback has passed since (the
+  // clean horizon) are dropped: once all are, there is nothing to commit.
+  bool commit();
+  // Whether records wait for commit().
+  bool uncommitted() const { return !pending_.empty(); }
 
   // Seals the partly filled segment when writers are short of segments (or waiting), it is over
   // half full and most of what was moved into it has since been overwritten: it becomes GC's to
@@ -89,6 +95,11 @@ class GcRelocation {
   void seal_open_segment();
   // GC's journal is done with: marked inactive, for writeback and reclaim to finish.
   void leave_journal();
+  // Starts GC's journal in a free slot, named in the control area; false if no slot or segment is
+  // free now (it does not wait: GC is what frees them).
+  bool start_journal();
+  // Room for `bytes` of key sets in GC's journal, leaving it for another where it cannot go on.
+  bool journal_room(size_t bytes);
 
   Engine& engine_;
   pmem::PmemWriter& writer_;
@@ -107,6 +118,7 @@ class GcRelocation {
     std::optional<format::Key> checksum;
   };
   std::vector<Record> pending_;
+  bool commit_waits_ = false;  // the last commit() could not be made (logged once)
 
   std::atomic<uint64_t> moved_bytes_{0};
   std::atomic<uint64_t> moved_dirty_bytes_{0};

@@ -768,7 +768,24 @@ std::vector<Writeback::Victim> Writeback::choose_victims(const Tunables& tunable
   return victims;
 }
 
+void Writeback::release_victims(const std::vector<uint32_t>& segments) {
+  const format::Superblock& superblock = engine_.superblock_;
+  for (uint32_t segment : segments) {
+    const uint64_t start = superblock.segment_offset(segment);
+    engine_.checksums_.forget(start, start + superblock.segment_size);
+    engine_.release_segment(segment);
+  }
+  reclaimed_.fetch_add(segments.size());
+}
+
 void Writeback::collect_garbage(const Tunables& tunables) {
+  // A run whose moves could not be made durable left its victims in place: they go once the moves
+  // are, and until then GC moves nothing more (nothing else is recorded behind them).
+  if (!awaiting_commit_.empty()) {
+    if (!relocation_.commit()) return;
+    release_victims(awaiting_commit_);
+    awaiting_commit_.clear();
+  }
   if (!gc_needed(tunables)) return;
   relocation_.seal_when_short();
   const size_t wanted = segments_wanted(tunables);
@@ -819,16 +836,17 @@ void Writeback::collect_garbage(const Tunables& tunables) {
   for (const Victim& victim : victims) {
     if (victim.dirty) relocation_.retire(victim.segment, victim.info.generation, victim.info.max_dirty_seq);
   }
-  relocation_.commit();
-  for (const Victim& victim : victims) {
-    const uint64_t start = superblock.segment_offset(victim.segment);
-    engine_.checksums_.forget(start, start + superblock.segment_size);
-    engine_.release_segment(victim.segment);
+  if (engine_.options_.gc_moved && relocation_.uncommitted()) engine_.options_.gc_moved();
+  std::vector<uint32_t> released;
+  for (const Victim& victim : victims) released.push_back(victim.segment);
+  if (!relocation_.commit()) {
+    awaiting_commit_ = std::move(released);
+  } else {
+    release_victims(released);
   }
   relocation_.open_if_starved();
   if (!kept.empty()) gc_needs_writeback_ = true;
   gc_runs_.fetch_add(1);
-  reclaimed_.fetch_add(victims.size());
   evicted_bytes_.fetch_add(evicted * kSectorSize);
 }
 

@@ -142,6 +142,8 @@ class Writeback {
   // Up to `wanted` segments, best first: clean sealed ones, and dirty ones little enough live for
   // their dirty data to move (gc_relocation.h), as many as one run's journal room allows.
   std::vector<Victim> choose_victims(const Tunables& tunables, size_t wanted, uint64_t horizon);
+  // Gives reclaimed segments back to the allocator (their data moved or gone, the moves durable).
+  void release_victims(const std::vector<uint32_t>& segments);
   // Cost-benefit order of GC candidates (given oldest-sealed first).
   void order_by_cost(std::vector<uint32_t>& candidates) const;
   // How many segments may be in use before GC reclaims some: gc_threshold's share, but a couple
@@ -204,6 +206,8 @@ class Writeback {
   std::set<uint32_t> lost_data_segments_;
   std::vector<format::LostRange> newly_lost_;  // found by collect, not yet in the control area
   std::atomic<bool> stalled_{false};
+  // A GC run's victims, kept until its moves are durable (GcRelocation::commit). Worker thread only.
+  std::vector<uint32_t> awaiting_commit_;
 };
 
 }  // namespace pcached::cache
