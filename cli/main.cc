@@ -61,6 +61,10 @@ void print_status(const json& s) {
   std::printf("  cache       %s (%s)\n  backing     %s (%s)\n", text(s, "region").c_str(), bytes(s, "capacity_bytes").c_str(),
               text(s, "backing").c_str(), bytes(s, "device_bytes").c_str());
   std::printf("  cached      %s, dirty %s\n", bytes(s, "cached_bytes").c_str(), bytes(s, "dirty_bytes").c_str());
+  if (s.contains("index_bytes") && s.contains("live_map_bytes")) {
+    std::printf("  memory      index %s (%s extents), live-sector map %s\n", bytes(s, "index_bytes").c_str(),
+                s.value("extents", json(0)).dump().c_str(), bytes(s, "live_map_bytes").c_str());
+  }
   if (s.contains("segments")) {
     const json& seg = s["segments"];
     const std::string size = seg.contains("size_bytes") ? " of " + bytes(seg, "size_bytes") : "";

@@ -343,6 +343,8 @@ nlohmann::json Daemon::describe(const Managed& managed, bool detailed) const {
   doc["copy_policy"] = managed.cache->copy_policy_description();
   doc["recovery"] = {{"seconds", s.recovery_seconds}, {"keys", s.recovered_keys}};
   doc["index_bytes"] = s.index_bytes;
+  doc["live_map_bytes"] = s.live_map_bytes;
+  doc["extents"] = s.extents;
   return doc;
 }
 

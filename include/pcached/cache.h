@@ -117,6 +117,9 @@ struct CacheStats {
   uint64_t dirty_bytes = 0;
   uint64_t extents = 0;
   uint64_t index_bytes = 0;  // DRAM held by the extent index
+  // DRAM held by the live-sector map: a bit per 512-byte sector of the region's data area, fixed
+  // at attach (1/4096 of the data area).
+  uint64_t live_map_bytes = 0;
   // bad: retired for a media error (never allocated again).
   uint32_t segments_total = 0, segments_free = 0, segments_data = 0, segments_journal = 0, segments_bad = 0;
   // Known bad blocks of the region: reported by the platform at open, or found by a read since.

@@ -488,6 +488,7 @@ CacheStats Engine::stats() const {
   s.dirty_bytes = index_.sectors_at_or_above(s.clean_horizon) * format::kSectorSize;
   s.extents = index_.extents();
   s.index_bytes = index_.memory_bytes();
+  s.live_map_bytes = live_.memory_bytes();
   s.segments_total = segments_->count();
   s.segments_free = segments_->free_count();
   s.segments_data = segments_->count_of(SegmentUse::Data);

@@ -19,15 +19,22 @@ uint64_t mask_in_word(uint64_t word, uint64_t first, uint64_t end) {
   return high & ~((uint64_t{1} << from) - 1);
 }
 
+uint64_t word_count(uint64_t segment_size, uint32_t segment_count) {
+  return (uint64_t{segment_count} * segment_size / format::kSectorSize + kBitsPerWord - 1) / kBitsPerWord;
+}
+
 }  // namespace
 
 LiveSectors::LiveSectors(uint64_t data_start, uint64_t segment_size, uint32_t segment_count)
     : data_start_(data_start),
       segment_size_(segment_size),
       segment_count_(segment_count),
-      words_(std::make_unique<std::atomic<uint64_t>[]>(
-          (uint64_t{segment_count} * segment_size / format::kSectorSize + kBitsPerWord - 1) / kBitsPerWord)),
+      words_(std::make_unique<std::atomic<uint64_t>[]>(word_count(segment_size, segment_count))),
       traced_(std::make_unique<std::atomic<uint64_t>[]>(segment_count)) {}
+
+uint64_t LiveSectors::memory_bytes() const {
+  return (word_count(segment_size_, segment_count_) + segment_count_) * sizeof(std::atomic<uint64_t>);
+}
 
 template <typename Apply>
 void LiveSectors::for_each_word(uint64_t location, uint64_t sectors, Apply apply) const {

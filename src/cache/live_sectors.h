@@ -44,6 +44,9 @@ class LiveSectors {
   // known from the bits (see above).
   bool dead(uint32_t segment, uint32_t generation, uint64_t location, uint64_t sectors) const;
 
+  // DRAM held by the bits and the per-segment trace marks.
+  uint64_t memory_bytes() const;
+
  private:
   template <typename Apply>
   void for_each_word(uint64_t location, uint64_t sectors, Apply apply) const;

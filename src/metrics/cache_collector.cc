@@ -191,6 +191,8 @@ std::vector<MetricFamily> cache_families(const std::vector<CacheSample>& caches)
         [](const S& s) { return s.recovery_seconds; });
   gauge("pcached_index_bytes", "DRAM held by the extent index.", [](const S& s) { return s.index_bytes; });
   gauge("pcached_index_extents", "Extents in the index.", [](const S& s) { return s.extents; });
+  gauge("pcached_live_map_bytes", "DRAM held by the live-sector map (a bit per sector of the data area).",
+        [](const S& s) { return s.live_map_bytes; });
 
   {
     static constexpr const char* kOps[cache::kOpCount] = {"read", "write", "flush", "discard", "write_zeroes"};

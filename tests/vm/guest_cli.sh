@@ -34,6 +34,7 @@ expect_exit 1 pcached add --cache /dev/dax0.0 --backing /dev/vda --format --name
 grep -q "already uses" /tmp/out
 dd if=/dev/urandom of="$dev" bs=64k count=64 oflag=direct 2>/dev/null || dd if=/dev/urandom of="$dev" bs=64k count=64 conv=fsync 2>/dev/null
 pcached status web | grep -q "queues      1 x depth 64"
+pcached status web | grep -q "memory      index .* extents), live-sector map "
 pcached status web | grep -q "persistence memory_controller: dirty data survives power loss"
 # Modes and policies at run time; leaving writeback writes the dirty data back first.
 pcached set web mode writethrough

@@ -330,6 +330,12 @@ TEST_CASE("I/O through the in-process device moves the status counters", "[daemo
   CHECK(after["writes"]["bytes"].get<uint64_t>() == before["writes"]["bytes"].get<uint64_t>() + 192 * kSector);
   CHECK(after["reads"]["hits"].get<uint64_t>() >= before["reads"]["hits"].get<uint64_t>() + 2);
   CHECK(after["cached_bytes"].get<uint64_t>() >= 192 * kSector);
+  CHECK(after["extents"].get<uint64_t>() >= 2);
+  CHECK(after["index_bytes"].get<uint64_t>() > 0);
+  // A bit per sector of the data area, and a word per segment for its trace mark.
+  const uint64_t segments = after["segments"]["total"].get<uint64_t>();
+  const uint64_t data_sectors = segments * after["segments"]["size_bytes"].get<uint64_t>() / kSector;
+  CHECK(after["live_map_bytes"].get<uint64_t>() == ((data_sectors + 63) / 64 + segments) * 8);
   // Writeback runs in the background: dirty now, or already written back.
   CHECK(after["dirty_bytes"].get<uint64_t>() + after["writeback"]["bytes"].get<uint64_t>() >= 192 * kSector);
 }

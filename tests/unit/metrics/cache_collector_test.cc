@@ -29,6 +29,7 @@ TEST_CASE("cache statistics become labelled Prometheus metrics", "[metrics]") {
   sample.stats.tunables.data_crc = true;
   sample.stats.segments_bad = 2;
   sample.stats.bad_bytes = 8192;
+  sample.stats.live_map_bytes = 4136;
   const std::string text = exposition(cache_families({sample}));
   INFO(text);
   CHECK(text.find(R"(pcached_read_requests_total{cache="db",device="/dev/ublkb0",result="hit"} 5)") != std::string::npos);
@@ -66,6 +67,7 @@ TEST_CASE("cache statistics become labelled Prometheus metrics", "[metrics]") {
            R"(pcached_pmem_bad_bytes{cache="db",device="/dev/ublkb0"} 8192)",
            R"(pcached_lost_ranges{cache="db",device="/dev/ublkb0"} 2)",
            R"(pcached_lost_bytes{cache="db",device="/dev/ublkb0"} 12288)",
+           R"(pcached_live_map_bytes{cache="db",device="/dev/ublkb0"} 4136)",
        }) {
     CHECK(text.find(line) != std::string::npos);
   }
