@@ -109,6 +109,11 @@ void print_status(const json& s) {
                 s["gc"]["runs"].dump().c_str(), s["gc"]["segments_reclaimed"].dump().c_str(),
                 bytes(s["gc"], "moved_bytes").c_str(), bytes(s["gc"], "moved_dirty_bytes").c_str(),
                 bytes(s["gc"], "evicted_bytes").c_str(), s["gc"]["threshold_percent"].dump().c_str());
+    if (s["gc"].value("commit_waits", 0) > 0) {
+      std::printf("  gc waited   %s runs could not make their moves durable at once (a memory failure took their "
+                  "journal room); their victims waited\n",
+                  s["gc"]["commit_waits"].dump().c_str());
+    }
     std::printf("  errors      backing reads %s, backing writes %s, media %s, data checksums %s\n",
                 s["errors"]["backing_read"].dump().c_str(), s["errors"]["backing_write"].dump().c_str(),
                 s["errors"]["media"].dump().c_str(), s["errors"]["data_crc"].dump().c_str());

@@ -332,6 +332,7 @@ nlohmann::json Daemon::describe(const Managed& managed, bool detailed) const {
                {"moved_bytes", s.gc_moved_bytes},
                {"moved_dirty_bytes", s.gc_moved_dirty_bytes},
                {"evicted_bytes", s.gc_evicted_bytes},
+               {"commit_waits", s.gc_commit_waits},
                {"threshold_percent", tunables.gc_threshold}};
   doc["fills"] = {{"total", s.fills}, {"bytes", s.fill_bytes}, {"deferred", s.promotions_deferred}};
   doc["bypass"] = {{"reads", s.bypassed_reads}, {"writes", s.bypassed_writes}, {"bytes", s.bypassed_bytes}};

@@ -150,6 +150,9 @@ struct CacheStats {
   // Live data in the segments GC reclaimed: moved elsewhere in the cache, or (clean) evicted.
   uint64_t gc_moved_bytes = 0, gc_evicted_bytes = 0;
   uint64_t gc_moved_dirty_bytes = 0;  // of gc_moved_bytes: dirty data, moved under a journaled key
+  // GC runs that could not make their moves durable at once (a memory failure took their journal
+  // room, and no journal could be started): their victims waited, and GC with them.
+  uint64_t gc_commit_waits = 0;
   // GC runs that found live data its per-segment contents lists missed, and searched the whole
   // index for it (a bug if ever non-zero; the data is safe either way).
   uint64_t gc_index_searches = 0;

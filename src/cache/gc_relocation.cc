@@ -243,6 +243,7 @@ bool GcRelocation::commit() {
   // GC would free).
   if (!journal_room(journal_bytes(keys.size()))) {
     if (!commit_waits_) {
+      commit_waits_count_.fetch_add(1, std::memory_order_relaxed);
       spdlog::error("cache on {}: GC cannot make its moves durable (no journal slot or segment free): its victims "
                     "stay, and GC waits",
                     engine_.options_.region_path);

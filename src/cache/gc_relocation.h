@@ -83,6 +83,8 @@ class GcRelocation {
   // Bytes moved so far, clean and dirty (any thread).
   uint64_t moved_bytes() const { return moved_bytes_.load(std::memory_order_relaxed); }
   uint64_t moved_dirty_bytes() const { return moved_dirty_bytes_.load(std::memory_order_relaxed); }
+  // Runs whose commit() had to wait (any thread).
+  uint64_t commit_waits() const { return commit_waits_count_.load(std::memory_order_relaxed); }
 
  private:
   // Room for `sectors` in the open segment, opening a new one (sealing the full one) if needed,
@@ -122,6 +124,7 @@ class GcRelocation {
 
   std::atomic<uint64_t> moved_bytes_{0};
   std::atomic<uint64_t> moved_dirty_bytes_{0};
+  std::atomic<uint64_t> commit_waits_count_{0};
 };
 
 }  // namespace pcached::cache

@@ -131,6 +131,7 @@ void Writeback::add_to(CacheStats& stats) const {
   stats.gc_moved_bytes = relocation_.moved_bytes();
   stats.gc_moved_dirty_bytes = relocation_.moved_dirty_bytes();
   stats.gc_evicted_bytes = evicted_bytes_.load();
+  stats.gc_commit_waits = relocation_.commit_waits();
   stats.gc_index_searches = index_searches_.load();
   stats.writeback_stalled = stalled_.load();
   stats.writeback_eager = eager_.load();

@@ -179,6 +179,10 @@ std::vector<MetricFamily> cache_families(const std::vector<CacheSample>& caches)
   counter("pcached_gc_index_searches_total",
           "GC runs that searched the whole index for live data their segments' contents lists missed (should stay 0).",
           [](const S& s) { return s.gc_index_searches; });
+  counter("pcached_gc_commit_waits_total",
+          "GC runs that could not make their moves durable at once (a memory failure took their journal room): "
+          "their victims waited.",
+          [](const S& s) { return s.gc_commit_waits; });
   counter("pcached_gc_evicted_bytes_total", "Live clean data GC evicted from the segments it reclaimed.",
           [](const S& s) { return s.gc_evicted_bytes; });
   counter("pcached_writer_waits_total", "Writes that waited for a free segment.", [](const S& s) { return s.writer_waits; });

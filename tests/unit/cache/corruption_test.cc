@@ -859,16 +859,18 @@ TEST_CASE("a memory failure where GC's journal goes on, within a GC run: its key
   // The window between GC's reservation of journal room and its commit: the writeback thread
   // stops there once, while the test's main thread (the only one the kernel lets send the report)
   // reports the pages where GC's journal goes on.
-  uint32_t gc_threshold = 90;
-  SECTION("GC short of segments (its threshold high in a small cache): it waits until writeback has passed what it "
-          "moved") {}
-  SECTION("GC with segments to spare: it starts another journal") { gc_threshold = 50; }
+  // starve: writes go on in the window until no segment is free, so none is when GC
+  // looks for another journal.
+  bool starve = true;
+  SECTION("writes take every free segment while GC is in the window: its victims wait until writeback has passed "
+          "what it moved") {}
+  SECTION("GC with segments to spare: it starts another journal") { starve = false; }
   std::mutex mutex;
   std::condition_variable changed;
   bool armed = false, in_window = false, reported = false;
   std::atomic<bool> window_seen{false};
   WatchedCache watched([&](cache::CacheOptions& options) {
-    options.tunables.gc_threshold = gc_threshold;
+    options.tunables.gc_threshold = starve ? 90 : 50;
     options.gc_moved = [&] {
       std::unique_lock lock(mutex);
       if (!armed) return;
@@ -891,19 +893,26 @@ TEST_CASE("a memory failure where GC's journal goes on, within a GC run: its key
     std::lock_guard lock(mutex);
     armed = true;
   }
-  // Writes go on until GC's next run stops in the window (then they stop too, or they could take
-  // every free segment while GC waits there; the test does not wait for them, which may be waiting
-  // for a segment that GC is to free).
+  // Writes go on until GC's next run stops in the window; then they stop too, unless the section
+  // starves GC. The test never waits for them while GC is in the window: a write may be waiting for
+  // a segment that only GC can free.
   std::string failure;
+  std::atomic<bool> stop_writes{false};
   std::thread writer([&, &queue = queue] {
-    for (uint64_t seed = 94; !window_seen && failure.empty() && seed < 5094; ++seed) {
+    for (uint64_t seed = 94; !stop_writes && failure.empty() && seed < 5094; ++seed) {
       failure = random_workload(*queue, model, 0, kRange, seed, 20, 100000);
+      if (window_seen && !starve) break;
     }
   });
-  bool stopped_in_window = false;
+  bool stopped_in_window = false, starved = false;
   {
     std::unique_lock lock(mutex);
     stopped_in_window = changed.wait_for(lock, std::chrono::seconds(60), [&] { return in_window; });
+  }
+  if (stopped_in_window && starve) {
+    // GC frees no segment while it is in the window, so the writes take them all.
+    starved = eventually([&] { return cache->stats().segments_free == 0; }, std::chrono::seconds(30));
+    stop_writes = true;
   }
   uint64_t pages = 0;
   if (stopped_in_window) {
@@ -922,10 +931,16 @@ TEST_CASE("a memory failure where GC's journal goes on, within a GC run: its key
     changed.notify_all();
   }
   window_seen = true;  // (if GC never stopped there)
+  stop_writes = true;
   writer.join();
   REQUIRE(failure == "");
   REQUIRE(stopped_in_window);
   REQUIRE(pages >= 1);
+  if (starve) {
+    REQUIRE(starved);
+    // Once out of the window (it may not be yet: no write needed to wait for it).
+    CHECK(eventually([&] { return cache->stats().gc_commit_waits == 1; }, std::chrono::seconds(10)));
+  }
   const uint64_t moved = cache->stats().gc_moved_dirty_bytes;
   REQUIRE(random_workload(*queue, model, 0, kRange, 2000, 3000, 100000) == "");
   CHECK(cache->stats().gc_moved_dirty_bytes > moved);  // GC goes on, in another journal

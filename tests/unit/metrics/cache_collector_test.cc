@@ -30,6 +30,7 @@ TEST_CASE("cache statistics become labelled Prometheus metrics", "[metrics]") {
   sample.stats.segments_bad = 2;
   sample.stats.bad_bytes = 8192;
   sample.stats.live_map_bytes = 4136;
+  sample.stats.gc_commit_waits = 3;
   const std::string text = exposition(cache_families({sample}));
   INFO(text);
   CHECK(text.find(R"(pcached_read_requests_total{cache="db",device="/dev/ublkb0",result="hit"} 5)") != std::string::npos);
@@ -68,6 +69,7 @@ TEST_CASE("cache statistics become labelled Prometheus metrics", "[metrics]") {
            R"(pcached_lost_ranges{cache="db",device="/dev/ublkb0"} 2)",
            R"(pcached_lost_bytes{cache="db",device="/dev/ublkb0"} 12288)",
            R"(pcached_live_map_bytes{cache="db",device="/dev/ublkb0"} 4136)",
+           R"(pcached_gc_commit_waits_total{cache="db",device="/dev/ublkb0"} 3)",
        }) {
     CHECK(text.find(line) != std::string::npos);
   }
