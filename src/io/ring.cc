@@ -24,6 +24,19 @@ Ring::~Ring() {
   if (initialised_) io_uring_queue_exit(&ring_);
 }
 
+bool Ring::register_fd_for_this_thread() { return io_uring_register_ring_fd(&ring_) == 1; }
+
+void Ring::unregister_fd_for_this_thread() {
+  if (ring_.enter_ring_fd != ring_.ring_fd) io_uring_unregister_ring_fd(&ring_);
+}
+
+Status Ring::register_fixed_file(int fd) {
+  if (int rc = io_uring_register_files(&ring_, &fd, 1); rc < 0) {
+    return Status::error(-rc, std::string("cannot register a fixed file with the io_uring: ") + std::strerror(-rc));
+  }
+  return Status();
+}
+
 io_uring_sqe* Ring::prepare(CompletionHandler* handler) {
   io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
   while (sqe == nullptr) {

@@ -44,6 +44,17 @@ class Ring {
   // How long wait_and_dispatch() spins before it sleeps (0: never). The spin only sees task work
   // on rings set up with IORING_SETUP_TASKRUN_FLAG; otherwise it waits for completions alone.
   void set_poll(std::chrono::nanoseconds poll) { poll_ = poll; }
+  // Registers the ring's own fd with the kernel, for the calling thread only: its io_uring_enter
+  // calls then skip the fd lookup (and the reference taken and dropped), which a queue thread pays
+  // once or twice per request. Only a ring that one thread uses for its whole life may do this: in
+  // another thread liburing would pass an index that names nothing there. False where the kernel
+  // cannot (before 5.18); the ring works as before.
+  bool register_fd_for_this_thread();
+  // Undoes it, in the same thread, before the thread ends (the ring's destructor may run elsewhere).
+  void unregister_fd_for_this_thread();
+  // Registers fd as the ring's fixed file 0, so that submissions naming it (IOSQE_FIXED_FILE,
+  // index 0) skip the file lookup. Error where the kernel refuses; the fd is then named as is.
+  Status register_fixed_file(int fd);
   // Dispatches what has completed, without waiting (submits first).
   unsigned dispatch();
   // Submissions whose completion has not been dispatched yet.

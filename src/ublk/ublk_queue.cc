@@ -89,7 +89,12 @@ UblkQueue::~UblkQueue() {
 void UblkQueue::submit_command(Tag& tag, uint32_t opcode, int32_t result) {
   io_uring_sqe* sqe = ring_->prepare(&tag);
   sqe->opcode = IORING_OP_URING_CMD;
-  sqe->fd = settings_.char_fd;
+  if (char_fd_fixed_) {
+    sqe->fd = 0;
+    sqe->flags |= IOSQE_FIXED_FILE;
+  } else {
+    sqe->fd = settings_.char_fd;
+  }
   sqe->cmd_op = opcode;
   ublksrv_io_cmd cmd{};
   cmd.q_id = settings_.queue;
@@ -131,6 +136,10 @@ Status UblkQueue::set_up() {
   }
   if (!ring.ok()) return ring.status().with_context(where);
   ring_ = std::move(ring.value());
+  // Every request costs this thread a command or two on /dev/ublkcN and an io_uring_enter: with
+  // both fds registered the kernel looks neither up each time. Neither is needed to serve.
+  ring_->register_fd_for_this_thread();
+  char_fd_fixed_ = ring_->register_fixed_file(settings_.char_fd).ok();
 
   const long page = ::sysconf(_SC_PAGESIZE);
   descriptors_length_ = (settings_.depth * sizeof(ublksrv_io_desc) + page - 1) / page * page;
@@ -164,7 +173,10 @@ void UblkQueue::run() {
   setup_status_ = set_up();
   setup_state_.store(setup_status_.ok() ? 1 : -1);
   setup_state_.notify_all();
-  if (!setup_status_.ok()) return;
+  if (!setup_status_.ok()) {
+    if (ring_) ring_->unregister_fd_for_this_thread();
+    return;
+  }
   // Serve until the driver has aborted every tag; engine I/O completes on the same ring. The
   // requests of one wake-up form a batch: their writes share one data fence, one key set and one
   // key fence, and complete together at end_batch (their COMMIT_AND_FETCH commands go out with
@@ -174,6 +186,7 @@ void UblkQueue::run() {
     ring_->wait_and_dispatch(std::chrono::seconds(1));
     engine_queue_->end_batch();
   }
+  ring_->unregister_fd_for_this_thread();
 }
 
 Status UblkQueue::start() {

@@ -53,6 +53,7 @@ class UblkQueue {
   cache::QueueTarget& target_;
   QueueSettings settings_;
   std::unique_ptr<io::Ring> ring_;
+  bool char_fd_fixed_ = false;  // /dev/ublkcN is the ring's fixed file 0
   std::unique_ptr<cache::CacheQueue> engine_queue_;
   const ublksrv_io_desc* descriptors_ = nullptr;
   size_t descriptors_length_ = 0;

@@ -1,9 +1,12 @@
 #include "io/ring.h"
 
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <string>
 
 namespace {
 
@@ -110,4 +113,36 @@ TEST_CASE("a ring submits what was prepared before it dispatches the next comple
   CHECK(earlier.unsubmitted_seen == 0);
   CHECK(prepared.completions == 1);
   CHECK(r.in_flight() == 0);
+}
+
+TEST_CASE("a ring with its fd and a fixed file registered serves I/O through both", "[io]") {
+  auto created = Ring::create(8);
+  REQUIRE(created.ok());
+  Ring& ring = *created.value();
+  int pipe_fds[2];
+  REQUIRE(::pipe(pipe_fds) == 0);
+  const char message[] = "fixed";
+  REQUIRE(::write(pipe_fds[1], message, sizeof message) == static_cast<ssize_t>(sizeof message));
+  // The kernels this runs on (5.18 and later) have both.
+  REQUIRE(ring.register_fd_for_this_thread());
+  REQUIRE(ring.native()->enter_ring_fd != ring.native()->ring_fd);  // io_uring_enter takes the index now
+  REQUIRE(ring.register_fixed_file(pipe_fds[0]).ok());
+
+  Counter counter;
+  char buffer[sizeof message] = {};
+  io_uring_sqe* sqe = ring.prepare(&counter);
+  io_uring_prep_read(sqe, 0, buffer, sizeof buffer, 0);  // fixed file 0: the pipe's read end
+  sqe->flags |= IOSQE_FIXED_FILE;
+  CHECK(ring.wait_and_dispatch(1s) == 1);
+  CHECK(counter.last_result == static_cast<int>(sizeof message));
+  CHECK(std::string(buffer) == message);
+
+  ring.unregister_fd_for_this_thread();
+  CHECK(ring.native()->enter_ring_fd == ring.native()->ring_fd);
+  io_uring_prep_nop(ring.prepare(&counter));  // the ring still works through its own fd
+  CHECK(ring.wait_and_dispatch(1s) == 1);
+  CHECK(counter.completions == 2);
+  CHECK(!ring.register_fixed_file(-5).ok());  // a refused registration is an error, not a crash
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
 }
