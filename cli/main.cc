@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/progress_bar.h"
+#include "cli/status_view.h"
 #include "control/protocol.h"
 #include "pcached/copy_policy.h"
 #include "pcached/pmem_discovery.h"
@@ -19,115 +20,14 @@
 
 using namespace pcached;
 using nlohmann::json;
+using pcached::cli::field_bytes;
+using pcached::cli::field_text;
 
 namespace {
 
 constexpr int kFailed = 1;
 constexpr int kUsage = 2;
 constexpr int kUnreachable = 3;
-
-std::string bytes(const json& doc, const char* key) {
-  return doc.contains(key) && doc[key].is_number_unsigned() ? format_size(doc[key].get<uint64_t>()) : "-";
-}
-
-std::string text(const json& doc, const char* key) {
-  return doc.contains(key) && doc[key].is_string() ? doc[key].get<std::string>() : "-";
-}
-
-void print_list(const json& result) {
-  std::printf("%-16s %-14s %-10s %10s %10s %10s  %s -> %s\n", "NAME", "DEVICE", "STATE", "CAPACITY", "CACHED", "DIRTY",
-              "CACHE", "BACKING");
-  for (const json& cache : result["caches"]) {
-    std::printf("%-16s %-14s %-10s %10s %10s %10s  %s -> %s\n", text(cache, "name").c_str(), text(cache, "device").c_str(),
-                text(cache, "state").c_str(), bytes(cache, "capacity_bytes").c_str(), bytes(cache, "cached_bytes").c_str(),
-                bytes(cache, "dirty_bytes").c_str(), text(cache, "region").c_str(), text(cache, "backing").c_str());
-  }
-}
-
-void print_status(const json& s) {
-  // "running, flush in progress" while a flush or remove writes back; "removing" once a remove
-  // has stopped the device and detaches the cache.
-  const bool in_progress = s.contains("operation") && text(s, "state") != "removing";
-  const std::string state = text(s, "state") + (in_progress ? ", " + text(s, "operation") + " in progress" : "");
-  std::printf("%s: %s (%s)\n", text(s, "name").c_str(), text(s, "device").c_str(), state.c_str());
-  std::printf("  mode        %s\n", text(s, "mode").c_str());
-  if (s.contains("persistence_domain")) {
-    const bool at_risk = s.contains("volatile_writeback") && s["volatile_writeback"].get<bool>();
-    std::printf("  persistence %s: %s\n", text(s, "persistence_domain").c_str(),
-                at_risk ? "WRITEBACK ON MEMORY THAT MAY NOT SURVIVE POWER LOSS (--allow-volatile-writeback)"
-                : text(s, "mode") == "writeback" ? "dirty data survives power loss"
-                                                  : "the backing device stays complete");
-  }
-  std::printf("  cache       %s (%s)\n  backing     %s (%s)\n", text(s, "region").c_str(), bytes(s, "capacity_bytes").c_str(),
-              text(s, "backing").c_str(), bytes(s, "device_bytes").c_str());
-  std::printf("  cached      %s, dirty %s\n", bytes(s, "cached_bytes").c_str(), bytes(s, "dirty_bytes").c_str());
-  if (s.contains("index_bytes") && s.contains("live_map_bytes")) {
-    std::printf("  memory      index %s (%s extents), live-sector map %s\n", bytes(s, "index_bytes").c_str(),
-                s.value("extents", json(0)).dump().c_str(), bytes(s, "live_map_bytes").c_str());
-  }
-  if (s.contains("segments")) {
-    const json& seg = s["segments"];
-    const std::string size = seg.contains("size_bytes") ? " of " + bytes(seg, "size_bytes") : "";
-    std::printf("  segments    %s total%s, %s free, %s data, %s journal, %s bad\n", seg["total"].dump().c_str(), size.c_str(),
-                seg["free"].dump().c_str(), seg["data"].dump().c_str(), seg["journal"].dump().c_str(),
-                seg.value("bad", json(0)).dump().c_str());
-    if (s.contains("badblocks")) {
-      std::printf("  badblocks   %s ranges, %s\n", s["badblocks"]["ranges"].dump().c_str(),
-                  format_size(s["badblocks"]["bytes"].get<uint64_t>()).c_str());
-    }
-    const json& r = s["reads"];
-    std::printf("  reads       %s (hits %s, partial %s, misses %s)\n", r["total"].dump().c_str(), r["hits"].dump().c_str(),
-                r["partial_hits"].dump().c_str(), r["misses"].dump().c_str());
-    const json& w = s["writes"];
-    std::printf("  writes      %s, %s discards, %s write-zeroes, %s waited for a free segment\n", w["total"].dump().c_str(),
-                w["discards"].dump().c_str(), w["write_zeroes"].dump().c_str(),
-                w.value("waited_for_segment", json(0)).dump().c_str());
-    const json& wb = s["writeback"];
-    std::printf("  writeback   %s written, %s errors%s%s\n", format_size(wb["bytes"].get<uint64_t>()).c_str(),
-                wb["errors"].dump().c_str(), wb["stalled"].get<bool>() ? ", STALLED (retrying)" : "",
-                wb["eager"].get<bool>() ? ", eager (above the high watermark)" : "");
-    const json lost = s.value("lost", json::object());
-    if (lost.value("ranges", uint64_t{0}) != 0) {
-      std::printf("  LOST        %s of dirty data in %s range(s) destroyed by pmem media errors before writeback; reads "
-                  "there fail with EIO until they are written again\n",
-                  format_size(lost.value("bytes", uint64_t{0})).c_str(), lost["ranges"].dump().c_str());
-    } else if (wb.value("lost_bytes", uint64_t{0}) != 0) {
-      std::printf("  LOST        %s of dirty data unreadable on pmem (media error), written over since\n",
-                  format_size(wb["lost_bytes"].get<uint64_t>()).c_str());
-    }
-    const json& fills = s["fills"];
-    std::printf("  fills       %s (%s), %s misses waiting for promotion\n", fills["total"].dump().c_str(),
-                bytes(fills, "bytes").c_str(), fills["deferred"].dump().c_str());
-    const json& bypass = s["bypass"];
-    std::printf("  bypass      %s reads, %s writes (%s) past the sequential cutoff\n", bypass["reads"].dump().c_str(),
-                bypass["writes"].dump().c_str(), bytes(bypass, "bytes").c_str());
-    const json& direct = s["direct_writes"];
-    std::printf("  to backing  %s writes in the foreground, %s flushes forwarded\n", direct["total"].dump().c_str(),
-                direct["backing_flushes"].dump().c_str());
-    std::printf("  gc          %s runs, %s segments reclaimed, live data %s moved (%s of it dirty), %s evicted, "
-                "threshold %s%%\n",
-                s["gc"]["runs"].dump().c_str(), s["gc"]["segments_reclaimed"].dump().c_str(),
-                bytes(s["gc"], "moved_bytes").c_str(), bytes(s["gc"], "moved_dirty_bytes").c_str(),
-                bytes(s["gc"], "evicted_bytes").c_str(), s["gc"]["threshold_percent"].dump().c_str());
-    if (s["gc"].value("commit_waits", 0) > 0) {
-      std::printf("  gc waited   %s runs could not make their moves durable at once (a memory failure took their "
-                  "journal room); their victims waited\n",
-                  s["gc"]["commit_waits"].dump().c_str());
-    }
-    std::printf("  errors      backing reads %s, backing writes %s, media %s, data checksums %s\n",
-                s["errors"]["backing_read"].dump().c_str(), s["errors"]["backing_write"].dump().c_str(),
-                s["errors"]["media"].dump().c_str(), s["errors"]["data_crc"].dump().c_str());
-    std::printf("  copy policy %s\n", text(s, "copy_policy").c_str());
-    // (A daemon from before the setting does not report it.)
-    const std::string spin =
-        s.contains("queue_poll_us") ? ", spin " + s["queue_poll_us"].dump() + " us before sleeping" : std::string();
-    std::printf("  queues      %s x depth %s, affinity %s%s\n", s["queues"].dump().c_str(), s["depth"].dump().c_str(),
-                text(s, "queue_affinity").c_str(), spin.c_str());
-    std::string line;
-    for (const auto& [key, value] : s["settings"].items()) line += " " + key + "=" + value.get<std::string>();
-    std::printf("  settings   %s\n", line.c_str());
-  }
-}
 
 // pmem list reads libndctl itself (it works without the daemon) and asks the daemon, when it
 // answers, which devices its caches use.
@@ -139,7 +39,9 @@ int list_pmem(const std::string& socket_path, bool as_json) {
   }
   std::map<std::string, std::string> users;  // device -> cache name
   if (auto caches = control::call(socket_path, {"list", json::object()}); caches.ok()) {
-    for (const json& cache : caches.value()["caches"]) users[text(cache, "region")] = text(cache, "name");
+    for (const json& cache : caches.value()["caches"]) {
+      users[field_text(cache, "region")] = field_text(cache, "name");
+    }
   }
   json doc = json::array();
   for (const pmem::RegionInfo& region : regions.value()) {
@@ -160,13 +62,14 @@ int list_pmem(const std::string& socket_path, bool as_json) {
   }
   if (doc.empty()) std::printf("no persistent memory regions found\n");
   for (const json& region : doc) {
-    std::printf("%s (%s): %s, %s available, numa node %d, persistence domain %s\n", text(region, "name").c_str(),
-                text(region, "bus").c_str(), format_size(region["size"].get<uint64_t>()).c_str(),
+    std::printf("%s (%s): %s, %s available, numa node %d, persistence domain %s\n", field_text(region, "name").c_str(),
+                field_text(region, "bus").c_str(), format_size(region["size"].get<uint64_t>()).c_str(),
                 format_size(region["available"].get<uint64_t>()).c_str(), region["numa_node"].get<int>(),
-                text(region, "persistence_domain").c_str());
+                field_text(region, "persistence_domain").c_str());
     for (const json& ns : region["namespaces"]) {
-      std::printf("  %-14s %-7s %-14s %10s  align %-8s %s\n", text(ns, "name").c_str(), text(ns, "mode").c_str(),
-                  text(ns, "device").c_str(), format_size(ns["size"].get<uint64_t>()).c_str(),
+      std::printf("  %-14s %-7s %-14s %10s  align %-8s %s\n", field_text(ns, "name").c_str(),
+                  field_text(ns, "mode").c_str(),
+                  field_text(ns, "device").c_str(), format_size(ns["size"].get<uint64_t>()).c_str(),
                   format_size(ns["align"].get<uint64_t>()).c_str(),
                   ns["used_by"].is_string() ? ("used by pcached cache " + ns["used_by"].get<std::string>()).c_str() : "");
     }
@@ -333,19 +236,21 @@ int main(int argc, char** argv) {
   if (as_json) {
     std::printf("%s\n", result.value().dump(2).c_str());
   } else if (request.command == "add") {
-    std::printf("%s\n", text(result.value(), "device").c_str());
+    std::printf("%s\n", field_text(result.value(), "device").c_str());
   } else if (request.command == "remove") {
-    std::printf("removed %s (%s)\n", text(result.value(), "name").c_str(), text(result.value(), "device").c_str());
+    std::printf("removed %s (%s)\n", field_text(result.value(), "name").c_str(),
+                field_text(result.value(), "device").c_str());
   } else if (request.command == "set") {
-    std::printf("%s: %s = %s\n", text(result.value(), "name").c_str(), text(result.value(), "key").c_str(),
-                text(result.value(), "value").c_str());
+    std::printf("%s: %s = %s\n", field_text(result.value(), "name").c_str(), field_text(result.value(), "key").c_str(),
+                field_text(result.value(), "value").c_str());
   } else if (request.command == "flush") {
-    std::printf("%s: %s written back, %s dirty\n", text(result.value(), "name").c_str(),
-                bytes(result.value(), "written_back_bytes").c_str(), bytes(result.value(), "dirty_bytes").c_str());
+    std::printf("%s: %s written back, %s dirty\n", field_text(result.value(), "name").c_str(),
+                field_bytes(result.value(), "written_back_bytes").c_str(),
+                field_bytes(result.value(), "dirty_bytes").c_str());
   } else if (request.command == "list") {
-    print_list(result.value());
+    std::fputs(cli::render_list(result.value()).c_str(), stdout);
   } else {
-    print_status(result.value());
+    std::fputs(cli::render_status(result.value()).c_str(), stdout);
   }
   return 0;
 }

@@ -11,10 +11,12 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "backing/backing_device.h"
+#include "cli/status_view.h"
 #include "control/protocol.h"
 #include "daemon/control_server.h"
 #include "daemon/daemon.h"
@@ -338,6 +340,59 @@ TEST_CASE("I/O through the in-process device moves the status counters", "[daemo
   CHECK(after["live_map_bytes"].get<uint64_t>() == ((data_sectors + 63) / 64 + segments) * 8);
   // Writeback runs in the background: dirty now, or already written back.
   CHECK(after["dirty_bytes"].get<uint64_t>() + after["writeback"]["bytes"].get<uint64_t>() >= 192 * kSector);
+}
+
+// The lines of text, each without its newline.
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+bool has_line_starting(const std::vector<std::string>& lines, const std::string& start) {
+  return std::any_of(lines.begin(), lines.end(), [&](const std::string& line) { return line.rfind(start, 0) == 0; });
+}
+
+TEST_CASE("pcached list and status render the daemon's answers: every line, trouble only when there is some",
+          "[daemon][in-process][cli]") {
+  CacheFiles web(kRegionBytes, kBackingBytes);
+  DaemonUnderTest d;
+  d.ok("add", add_args(web, "web"));
+  auto queue = d.queue("web");
+  write_pattern(*queue, 1, 0, 128);
+
+  const std::vector<std::string> list = lines_of(pcached::cli::render_list(d.ok("list")));
+  REQUIRE(list.size() == 2);  // the header and the cache
+  CHECK(list[0].rfind("NAME", 0) == 0);
+  CHECK(list[1].rfind("web ", 0) == 0);
+  CHECK(list[1].find("inproc0") != std::string::npos);
+  CHECK(list[1].find(web.region.path() + " -> " + web.backing.path()) != std::string::npos);
+
+  json status = d.ok("status", {{"name", "web"}});
+  std::vector<std::string> lines = lines_of(pcached::cli::render_status(status));
+  REQUIRE(!lines.empty());
+  CHECK(lines[0] == "web: inproc0 (running)");
+  for (const char* start : {"  mode        writeback", "  persistence ", "  cache       ", "  backing     ",
+                            "  cached      ", "  memory      index ", "  segments    ", "  reads       ",
+                            "  writes      ", "  writeback   ", "  fills       ", "  bypass      ", "  to backing  ",
+                            "  gc          ", "  errors      ", "  copy policy ", "  queues      1 x depth 64",
+                            "  settings   "}) {
+    INFO(start);
+    CHECK(has_line_starting(lines, start));
+  }
+  // Neither lost data nor GC runs that waited: no line for them.
+  CHECK(!has_line_starting(lines, "  LOST"));
+  CHECK(!has_line_starting(lines, "  gc waited"));
+  CHECK(status["gc"]["commit_waits"] == 0);
+
+  // The daemon's answer as it is when GC waited (a state no test can bring about in the daemon:
+  // docs/pmem.md) and when dirty data was lost.
+  status["gc"]["commit_waits"] = 2;
+  status["lost"] = {{"ranges", 1}, {"bytes", 4096}};
+  lines = lines_of(pcached::cli::render_status(status));
+  CHECK(has_line_starting(lines, "  gc waited   2 runs could not make their moves durable at once"));
+  CHECK(has_line_starting(lines, "  LOST        4 KiB of dirty data in 1 range(s)"));
 }
 
 TEST_CASE("set changes a setting and refuses unknown keys and bad values with the reason", "[daemon][in-process]") {
