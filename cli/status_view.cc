@@ -1,7 +1,6 @@
 #include "cli/status_view.h"
 
-#include <cstdarg>
-#include <cstdio>
+#include <fmt/printf.h>
 
 #include "pcached/units.h"
 
@@ -12,40 +11,26 @@ using nlohmann::json;
 namespace {
 
 // printf onto the end of out.
-[[gnu::format(printf, 2, 3)]] void appendf(std::string &out, const char *format, ...) {
-  va_list args;
-  va_start(args, format);
-  char stack[512];
-  va_list again;
-  va_copy(again, args);
-  const int length = std::vsnprintf(stack, sizeof stack, format, args);
-  va_end(args);
-  if (length >= 0 && static_cast<size_t>(length) < sizeof stack) {
-    out.append(stack, static_cast<size_t>(length));
-  } else if (length >= 0) {
-    const size_t start = out.size();
-    out.resize(start + static_cast<size_t>(length) + 1);
-    std::vsnprintf(out.data() + start, static_cast<size_t>(length) + 1, format, again);
-    out.resize(start + static_cast<size_t>(length));
-  }
-  va_end(again);
+template <typename... Args>
+void appendf(std::string& out, const char* format, const Args&... args) {
+  out += fmt::sprintf(format, args...);
 }
 
 }  // namespace
 
-std::string field_bytes(const json &doc, const char *key) {
+std::string field_bytes(const json& doc, const char* key) {
   return doc.contains(key) && doc[key].is_number_unsigned() ? format_size(doc[key].get<uint64_t>()) : "-";
 }
 
-std::string field_text(const json &doc, const char *key) {
+std::string field_text(const json& doc, const char* key) {
   return doc.contains(key) && doc[key].is_string() ? doc[key].get<std::string>() : "-";
 }
 
-std::string render_list(const json &result) {
+std::string render_list(const json& result) {
   std::string out;
   appendf(out, "%-16s %-14s %-10s %10s %10s %10s  %s -> %s\n", "NAME", "DEVICE", "STATE", "CAPACITY", "CACHED", "DIRTY",
           "CACHE", "BACKING");
-  for (const json &cache : result["caches"]) {
+  for (const json& cache : result["caches"]) {
     appendf(out, "%-16s %-14s %-10s %10s %10s %10s  %s -> %s\n", field_text(cache, "name").c_str(),
             field_text(cache, "device").c_str(), field_text(cache, "state").c_str(),
             field_bytes(cache, "capacity_bytes").c_str(), field_bytes(cache, "cached_bytes").c_str(),
@@ -55,7 +40,7 @@ std::string render_list(const json &result) {
   return out;
 }
 
-std::string render_status(const json &s) {
+std::string render_status(const json& s) {
   std::string out;
   // "running, flush in progress" while a flush or remove writes back;
   // "removing" once a remove has stopped the device and detaches the cache.
@@ -82,7 +67,7 @@ std::string render_status(const json &s) {
             s.value("extents", json(0)).dump().c_str(), field_bytes(s, "live_map_bytes").c_str());
   }
   if (s.contains("segments")) {
-    const json &seg = s["segments"];
+    const json& seg = s["segments"];
     const std::string size = seg.contains("size_bytes") ? " of " + field_bytes(seg, "size_bytes") : "";
     appendf(out, "  segments    %s total%s, %s free, %s data, %s journal, %s bad\n", seg["total"].dump().c_str(),
             size.c_str(), seg["free"].dump().c_str(), seg["data"].dump().c_str(), seg["journal"].dump().c_str(),
@@ -91,16 +76,16 @@ std::string render_status(const json &s) {
       appendf(out, "  badblocks   %s ranges, %s\n", s["badblocks"]["ranges"].dump().c_str(),
               format_size(s["badblocks"]["bytes"].get<uint64_t>()).c_str());
     }
-    const json &r = s["reads"];
+    const json& r = s["reads"];
     appendf(out, "  reads       %s (hits %s, partial %s, misses %s)\n", r["total"].dump().c_str(),
             r["hits"].dump().c_str(), r["partial_hits"].dump().c_str(), r["misses"].dump().c_str());
-    const json &w = s["writes"];
+    const json& w = s["writes"];
     appendf(out,
             "  writes      %s, %s discards, %s write-zeroes, %s waited for a "
             "free segment\n",
             w["total"].dump().c_str(), w["discards"].dump().c_str(), w["write_zeroes"].dump().c_str(),
             w.value("waited_for_segment", json(0)).dump().c_str());
-    const json &wb = s["writeback"];
+    const json& wb = s["writeback"];
     appendf(out, "  writeback   %s written, %s errors%s%s\n", format_size(wb["bytes"].get<uint64_t>()).c_str(),
             wb["errors"].dump().c_str(), wb["stalled"].get<bool>() ? ", STALLED (retrying)" : "",
             wb["eager"].get<bool>() ? ", eager (above the high watermark)" : "");
@@ -117,13 +102,13 @@ std::string render_status(const json &s) {
               "error), written over since\n",
               format_size(wb["lost_bytes"].get<uint64_t>()).c_str());
     }
-    const json &fills = s["fills"];
+    const json& fills = s["fills"];
     appendf(out, "  fills       %s (%s), %s misses waiting for promotion\n", fills["total"].dump().c_str(),
             field_bytes(fills, "bytes").c_str(), fills["deferred"].dump().c_str());
-    const json &bypass = s["bypass"];
+    const json& bypass = s["bypass"];
     appendf(out, "  bypass      %s reads, %s writes (%s) past the sequential cutoff\n", bypass["reads"].dump().c_str(),
             bypass["writes"].dump().c_str(), field_bytes(bypass, "bytes").c_str());
-    const json &direct = s["direct_writes"];
+    const json& direct = s["direct_writes"];
     appendf(out, "  to backing  %s writes in the foreground, %s flushes forwarded\n", direct["total"].dump().c_str(),
             direct["backing_flushes"].dump().c_str());
     appendf(out,
@@ -152,7 +137,7 @@ std::string render_status(const json &s) {
     appendf(out, "  queues      %s x depth %s, affinity %s%s\n", s["queues"].dump().c_str(), s["depth"].dump().c_str(),
             field_text(s, "queue_affinity").c_str(), spin.c_str());
     std::string line;
-    for (const auto &[key, value] : s["settings"].items()) line += " " + key + "=" + value.get<std::string>();
+    for (const auto& [key, value] : s["settings"].items()) line += " " + key + "=" + value.get<std::string>();
     appendf(out, "  settings   %s\n", line.c_str());
   }
   return out;

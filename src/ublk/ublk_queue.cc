@@ -173,10 +173,11 @@ void UblkQueue::run() {
   setup_status_ = set_up();
   setup_state_.store(setup_status_.ok() ? 1 : -1);
   setup_state_.notify_all();
-  if (!setup_status_.ok()) {
-    if (ring_) ring_->unregister_fd_for_this_thread();
-    return;
-  }
+  if (setup_status_.ok()) serve();
+  if (ring_) ring_->unregister_fd_for_this_thread();  // before the thread ends (io::Ring)
+}
+
+void UblkQueue::serve() {
   // Serve until the driver has aborted every tag; engine I/O completes on the same ring. The
   // requests of one wake-up form a batch: their writes share one data fence, one key set and one
   // key fence, and complete together at end_batch (their COMMIT_AND_FETCH commands go out with
@@ -186,7 +187,6 @@ void UblkQueue::run() {
     ring_->wait_and_dispatch(std::chrono::seconds(1));
     engine_queue_->end_batch();
   }
-  ring_->unregister_fd_for_this_thread();
 }
 
 Status UblkQueue::start() {

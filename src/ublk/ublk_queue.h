@@ -47,6 +47,7 @@ class UblkQueue {
   friend class Tag;
 
   void run();
+  void serve();
   Status set_up();
   void submit_command(Tag& tag, uint32_t opcode, int32_t result);
 
