@@ -26,10 +26,6 @@ class UblkQueue::Tag final : public io::CompletionHandler, public cache::Request
   // The driver answered our FETCH/COMMIT_AND_FETCH: a request is waiting, or the tag is aborted.
   void on_completion(int result) override {
     if (result == UBLK_IO_RES_OK) {
-      if (queue_.parking_.load(std::memory_order_relaxed)) {
-        ++queue_.held_;  // not started: the driver re-issues it to the next server
-        return;
-      }
       serve();
       return;
     }
@@ -41,13 +37,11 @@ class UblkQueue::Tag final : public io::CompletionHandler, public cache::Request
 
   // The engine finished the request: commit its result and fetch the next one in one command.
   void complete(int result) override {
-    --queue_.serving_;
     queue_.submit_command(*this, io_opcode(kCommitAndFetchRequest, queue_.settings_.ioctl_encoded), result);
   }
 
  private:
   void serve() {
-    ++queue_.serving_;
     const ublksrv_io_desc& desc = queue_.descriptors_[tag_];
     cache::Request request;
     request.sector = desc.start_sector;
@@ -181,7 +175,6 @@ void UblkQueue::run() {
   setup_state_.notify_all();
   if (setup_status_.ok()) serve();
   if (ring_) ring_->unregister_fd_for_this_thread();  // before the thread ends (io::Ring)
-  finished_.store(true, std::memory_order_release);
 }
 
 void UblkQueue::serve() {
@@ -190,14 +183,6 @@ void UblkQueue::serve() {
   // key fence, and complete together at end_batch (their COMMIT_AND_FETCH commands go out with
   // the next wait).
   while (live_tags_ > 0 || ring_->in_flight() > 0) {
-    if (parking_.load(std::memory_order_relaxed) && serving_ == 0) {
-      // Every request started is complete: its commit goes out now, and the queue of the cache
-      // goes (its open segments sealed), so that the cache can detach. The ring and its pending
-      // fetches stay until the process exits, as after a crash.
-      ring_->submit();
-      engine_queue_.reset();
-      return;
-    }
     engine_queue_->begin_batch();
     ring_->wait_and_dispatch(std::chrono::seconds(1));
     engine_queue_->end_batch();

@@ -37,20 +37,8 @@ class UblkQueue {
 
   // Starts the thread; returns once every tag's FETCH is submitted (or setting up failed).
   Status start();
-  // Waits for the thread: it ends once the driver aborted every tag (STOP_DEV or recovery), or
-  // once it is parked.
+  // Waits for the thread: it ends once the driver aborted every tag (STOP_DEV or recovery).
   void join();
-  // Asks the thread to stop serving while the device stays (the daemon is exiting and leaves the
-  // device to the next one, user recovery): the requests it is serving complete and are committed;
-  // those the driver hands it from now on are held, never started, and go to the next server
-  // (UBLK_F_USER_RECOVERY_REISSUE). The thread then releases its queue of the cache and ends
-  // (join). Returns at once; the thread notices within a second.
-  void request_park() { parking_.store(true, std::memory_order_relaxed); }
-  // Whether the thread has ended (parked, or every tag aborted).
-  bool finished() const { return finished_.load(std::memory_order_acquire); }
-  // Requests the driver handed the queue after it began to park (reissued to the next server);
-  // read once finished.
-  unsigned held_requests() const { return held_; }
   // The CPUs the thread is bound to (empty: any).
   const std::vector<int>& cpus() const { return settings_.cpus; }
 
@@ -74,10 +62,6 @@ class UblkQueue {
   size_t buffers_length_ = 0;
   std::vector<std::unique_ptr<Tag>> tags_;
   unsigned live_tags_ = 0;
-  unsigned serving_ = 0;  // requests handed to the engine and not yet completed
-  std::atomic<bool> parking_{false};
-  std::atomic<bool> finished_{false};
-  unsigned held_ = 0;
 
   std::thread thread_;
   std::atomic<int> setup_state_{0};  // 0 pending, 1 ready, -errno failed
