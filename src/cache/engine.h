@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <functional>
-#include <map>
 #include <memory>
 #include <optional>
 #include <mutex>
@@ -14,7 +12,6 @@
 #include <vector>
 
 #include "backing/backing_device.h"
-#include "cache/clean_checkpoint.h"
 #include "cache/control_store.h"
 #include "cache/data_checksums.h"
 #include "cache/live_sectors.h"
@@ -27,7 +24,6 @@
 #include "cache/segment_table.h"
 #include "cache/tunables_store.h"
 #include "pcached/persistence_domain.h"
-#include "format/segment_header.h"
 #include "format/superblock.h"
 #include "pcached/cache.h"
 #include "pcached/copy_policy.h"
@@ -150,7 +146,6 @@ class Engine final : public Cache {
   std::unique_ptr<Writeback> writeback_;
   double recovery_seconds_ = 0;
   uint64_t recovered_keys_ = 0;
-  uint64_t restored_clean_bytes_ = 0;  // from the clean checkpoint, at this attach
 
  private:
   Engine(const CacheOptions& options, std::unique_ptr<pmem::Region> region,
@@ -164,20 +159,7 @@ class Engine final : public Cache {
   };
   static Result<RegionVerdict> examine_region(const CacheOptions& options, const pmem::Region& region,
                                               const backing::BackingDevice& backing);
-  // clean: the clean checkpoint read at open, if there was a usable one.
-  Status recover(const std::optional<CleanCheckpoint>& clean);
-  // Puts the checkpoint's clean data back in the index, wherever its segment still holds it (the
-  // generation it names, no damage, no bad block), and notes the segments it is in.
-  void restore_clean_data(const CleanCheckpoint& clean, std::span<const format::SegmentHeader> headers,
-                          const std::vector<bool>& header_damaged, std::map<uint32_t, uint64_t>& data_segments);
-  // The clean data the index holds, as the checkpoint names it: data written back (keys below
-  // `horizon`, durably on the backing device) and copies read in (fills). At most kMaxCheckpointExtents: those in the hottest
-  // segments first when there are more.
-  std::vector<format::CheckpointExtent> clean_extents(uint64_t horizon) const;
-  // Detaching, with no queue and nothing in the background left: writes the clean checkpoint,
-  // then applies `change` to the control area, the update it belongs to. `horizon`: the clean
-  // horizon as that update leaves it.
-  void checkpoint_and_update(uint64_t horizon, const std::function<void(format::ControlArea&)>& change);
+  Status recover();
   // Makes the sectors the control area lists as lost fail their reads again (after replay: only
   // where no newer key wrote them).
   void restore_lost_ranges(std::span<const format::LostRange> lost);

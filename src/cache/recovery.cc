@@ -73,7 +73,7 @@ Result<ControlRead> read_control(const pmem::Region& region, const format::Super
 
 }  // namespace
 
-Status Engine::recover(const std::optional<CleanCheckpoint>& clean) {
+Status Engine::recover() {
   const std::string where = "cache on " + options_.region_path;
   auto read = read_control(*region_, superblock_);
   if (!read.ok()) return read.status().with_context(where);
@@ -215,14 +215,6 @@ Status Engine::recover(const std::optional<CleanCheckpoint>& clean) {
            retired.contains({key.segment, key.generation});
   };
   std::map<uint32_t, uint64_t> data_segments;  // segment -> newest dirty key in it
-  // The clean data first: every replayed key is newer (the checkpoint's extents are all clean).
-  if (clean && clean->header.control_update_seq == control.update_seq) {
-    restore_clean_data(*clean, headers, header_damaged, data_segments);
-  } else if (clean) {
-    spdlog::info("{}: the clean checkpoint belongs to update {} of the control area, which is at update {} (the "
-                 "detach that wrote it was cut short); it is ignored",
-                 where, clean->header.control_update_seq, control.update_seq);
-  }
   const uint64_t device_sectors = backing_->size() >> format::kSectorShift;
   for (const format::Key& key : live) {
     // Requests past the end of the device are refused before they get a key, so such a key is
@@ -331,33 +323,6 @@ Status Engine::recover(const std::optional<CleanCheckpoint>& clean) {
     control_->update(writer, [](format::ControlArea& c) { c.flags &= ~format::ControlArea::kCleanShutdown; });
   }
   return Status();
-}
-
-void Engine::restore_clean_data(const CleanCheckpoint& clean, std::span<const format::SegmentHeader> headers,
-                                const std::vector<bool>& header_damaged, std::map<uint32_t, uint64_t>& data_segments) {
-  uint64_t kept = 0;
-  size_t dropped = 0;
-  for (const format::CheckpointExtent& extent : clean.extents) {
-    // (The decoder checked that the extent lies within its segment's data and the device.)
-    const uint64_t offset = uint64_t{extent.offset_sectors} * format::kSectorSize;
-    const uint64_t bytes = uint64_t{extent.sectors} * format::kSectorSize;
-    const format::SegmentHeader& header = headers[extent.segment];
-    if (header_damaged[extent.segment] || header.type != format::SegmentType::Data ||
-        header.generation != extent.generation || segment_has_bad_block(extent.segment, offset, bytes)) {
-      ++dropped;  // read from the backing device again instead
-      continue;
-    }
-    // As a fill: a clean copy, which every key wins over.
-    index_.insert(extent.sector, extent.sectors, superblock_.segment_offset(extent.segment) + offset, 0, Extent::kFill);
-    data_segments.try_emplace(extent.segment, 0);
-    kept += bytes;
-  }
-  restored_clean_bytes_ = kept;
-  spdlog::info("cache on {}: {} of clean data restored from the checkpoint ({} extents{})", options_.region_path,
-               format_size(kept), clean.extents.size() - dropped,
-               dropped == 0 ? std::string()
-                            : ", " + std::to_string(dropped) + " dropped: their segment was damaged, reused or has a "
-                                                               "bad block");
 }
 
 void Engine::restore_lost_ranges(std::span<const format::LostRange> lost) {
