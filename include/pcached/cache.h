@@ -158,6 +158,8 @@ struct CacheStats {
   uint64_t gc_index_searches = 0;
   double recovery_seconds = 0;
   uint64_t recovered_keys = 0;
+  // Clean data the last detach's checkpoint put back in the cache at this attach.
+  uint64_t restored_clean_bytes = 0;
   bool writeback_stalled = false;  // the last writeback attempt failed; retrying with backoff
   bool writeback_eager = false;    // dirty data passed writeback_high and has not fallen to writeback_low
 

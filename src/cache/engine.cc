@@ -324,6 +324,13 @@ Result<std::unique_ptr<Engine>> Engine::open(const CacheOptions& options) {
     return status;
   }
 
+  // Read before the first store: the calibrations below overwrite the scratch area it lies in.
+  CheckpointRead clean;
+  if (verdict->superblock) {
+    clean = read_clean_checkpoint(*region.value(), *verdict->superblock,
+                                  backing.value()->size() >> format::kSectorShift);
+  }
+
   pmem::CopyPolicySettings policy_settings = options.copy_policy;
   policy_settings.scratch_offset = format::kScratchOffset;
   policy_settings.scratch_length = format::kScratchLength;
@@ -331,6 +338,10 @@ Result<std::unique_ptr<Engine>> Engine::open(const CacheOptions& options) {
   if (!policy.ok()) return policy.status();
 
   pmem::PmemWriter writer(*region.value(), *policy.value(), options.persist_observer);
+  // Ordering: erased before anything this attach does can make it stale (a write, GC, writeback
+  // raising the horizon), so that it is never read again after this attach has begun, whatever
+  // happens to it. (The calibration before this wrote only to the scratch area.)
+  if (clean.present) erase_clean_checkpoint(writer);
   Result<Superblock> superblock = verdict->superblock
                                       ? Result<Superblock>(*verdict->superblock)
                                       : format_region(options, *region.value(), *backing.value(), writer);
@@ -360,12 +371,13 @@ Result<std::unique_ptr<Engine>> Engine::open(const CacheOptions& options) {
                                                                       : measure_commit_protocol(writer);
   engine->allow_volatile_writeback_ = options.allow_volatile_writeback || recorded;
   const auto started = std::chrono::steady_clock::now();
-  if (Status status = engine->recover(); !status.ok()) return status;
+  if (Status status = engine->recover(clean.checkpoint); !status.ok()) return status;
   engine->recovery_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   engine->writeback_ = std::make_unique<Writeback>(*engine);
   engine->writeback_->start();
-  spdlog::info("cache on {}: attached in {:.3f} s ({} keys replayed), backing {}; {}", options.region_path,
-               engine->recovery_seconds_, engine->recovered_keys_, options.backing_path,
+  spdlog::info("cache on {}: attached in {:.3f} s ({} keys replayed, {} of clean data kept), backing {}; {}",
+               options.region_path, engine->recovery_seconds_, engine->recovered_keys_,
+               format_size(engine->restored_clean_bytes_), options.backing_path,
                describe_commit_protocol(engine->shared_fence_classes_.load()));
   return engine;
 }
@@ -503,6 +515,7 @@ CacheStats Engine::stats() const {
   if (writeback_) writeback_->add_to(s);
   s.recovery_seconds = recovery_seconds_;
   s.recovered_keys = recovered_keys_;
+  s.restored_clean_bytes = restored_clean_bytes_;
   return s;
 }
 
@@ -589,13 +602,16 @@ Status Engine::detach(bool force, const FlushProgress& progress) {
   stop_background();
   closed_ = true;
   if (force) {
+    // The journals keep the dirty data as they are; the update only marks the checkpoint current.
+    checkpoint_and_update(clean_horizon_.load(), [&](format::ControlArea& control) {
+      control.next_seq = std::max(control.next_seq, next_seq_.load());
+    });
     spdlog::warn("cache on {}: forced detach; dirty data stays on pmem for the next attach", options_.region_path);
     return Status();
   }
   // Everything is on the backing device: no journal is needed any more; mark the shutdown clean.
-  pmem::PmemWriter writer = make_writer();
   const uint64_t next = next_seq_.load();
-  control_->update(writer, [&](format::ControlArea& control) {
+  checkpoint_and_update(next, [&](format::ControlArea& control) {
     control.flags |= format::ControlArea::kCleanShutdown;
     control.clean_horizon = next;
     control.next_seq = next;
@@ -603,6 +619,60 @@ Status Engine::detach(bool force, const FlushProgress& progress) {
   });
   spdlog::info("cache on {}: detached cleanly, all data written back", options_.region_path);
   return Status();
+}
+
+std::vector<format::CheckpointExtent> Engine::clean_extents(uint64_t horizon) const {
+  auto clean = [&](const Extent& extent) { return extent.has_data() && extent.seq < horizon; };
+  // First how many extents each segment holds, so that only the chosen ones are ever gathered.
+  std::vector<uint64_t> per_segment(superblock_.segment_count, 0);
+  uint64_t total = 0;
+  index_.for_each_extent([&](uint64_t, const Extent& extent) {
+    if (!clean(extent)) return;
+    ++per_segment[activity_.segment_of(extent.location)];
+    ++total;
+  });
+  std::vector<bool> chosen(superblock_.segment_count, true);
+  if (total > format::kMaxCheckpointExtents) {
+    std::vector<uint32_t> by_heat;
+    for (uint32_t segment = 0; segment < superblock_.segment_count; ++segment) {
+      if (per_segment[segment] != 0) by_heat.push_back(segment);
+    }
+    std::stable_sort(by_heat.begin(), by_heat.end(),
+                     [&](uint32_t a, uint32_t b) { return activity_.heat(a) > activity_.heat(b); });
+    std::fill(chosen.begin(), chosen.end(), false);
+    uint64_t taken = 0;
+    for (uint32_t segment : by_heat) {
+      if (taken >= format::kMaxCheckpointExtents) break;
+      chosen[segment] = true;
+      taken += per_segment[segment];
+    }
+  }
+  std::vector<format::CheckpointExtent> extents;
+  extents.reserve(std::min<uint64_t>(total, format::kMaxCheckpointExtents));
+  index_.for_each_extent([&](uint64_t sector, const Extent& extent) {
+    if (!clean(extent) || extents.size() >= format::kMaxCheckpointExtents) return;
+    const uint32_t segment = activity_.segment_of(extent.location);
+    if (!chosen[segment]) return;
+    const uint64_t offset = extent.location - superblock_.segment_offset(segment);
+    extents.push_back({sector, extent.sectors, segment, static_cast<uint32_t>(offset / format::kSectorSize),
+                       segments_->info(segment).generation});
+  });
+  std::sort(extents.begin(), extents.end(),
+            [](const format::CheckpointExtent& a, const format::CheckpointExtent& b) { return a.sector < b.sector; });
+  return extents;
+}
+
+void Engine::checkpoint_and_update(uint64_t horizon, const std::function<void(format::ControlArea&)>& change) {
+  pmem::PmemWriter writer = make_writer();
+  const std::vector<format::CheckpointExtent> extents = clean_extents(horizon);
+  // Ordering: the checkpoint whole and durable before the update it belongs to. A cut before the
+  // update leaves the checkpoint naming an update that never happened: the next attach ignores it.
+  write_clean_checkpoint(writer, superblock_, extents, control_->current().update_seq + 1);
+  control_->update(writer, change);
+  uint64_t sectors = 0;
+  for (const format::CheckpointExtent& extent : extents) sectors += extent.sectors;
+  spdlog::info("cache on {}: checkpoint of the clean data: {} in {} extents", options_.region_path,
+               format_size(sectors * format::kSectorSize), extents.size());
 }
 
 }  // namespace pcached::cache

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <mutex>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "backing/backing_device.h"
+#include "cache/clean_checkpoint.h"
 #include "cache/control_store.h"
 #include "cache/data_checksums.h"
 #include "cache/live_sectors.h"
@@ -24,6 +27,7 @@
 #include "cache/segment_table.h"
 #include "cache/tunables_store.h"
 #include "pcached/persistence_domain.h"
+#include "format/segment_header.h"
 #include "format/superblock.h"
 #include "pcached/cache.h"
 #include "pcached/copy_policy.h"
@@ -146,6 +150,7 @@ class Engine final : public Cache {
   std::unique_ptr<Writeback> writeback_;
   double recovery_seconds_ = 0;
   uint64_t recovered_keys_ = 0;
+  uint64_t restored_clean_bytes_ = 0;  // from the clean checkpoint, at this attach
 
  private:
   Engine(const CacheOptions& options, std::unique_ptr<pmem::Region> region,
@@ -159,7 +164,22 @@ class Engine final : public Cache {
   };
   static Result<RegionVerdict> examine_region(const CacheOptions& options, const pmem::Region& region,
                                               const backing::BackingDevice& backing);
-  Status recover();
+  // clean: the clean checkpoint read at open, if there was a usable one.
+  Status recover(const std::optional<CleanCheckpoint>& clean);
+  // Puts the checkpoint's clean data back in the index, wherever its segment still holds it
+  // (holds_data_of: a whole data segment of the generation the extent names; and no bad block),
+  // and notes the segments it is in.
+  void restore_clean_data(const CleanCheckpoint& clean,
+                          const std::function<bool(uint32_t segment, uint32_t generation)>& holds_data_of,
+                          std::map<uint32_t, uint64_t>& data_segments);
+  // The clean data the index holds, as the checkpoint names it: data written back (keys below
+  // `horizon`, durably on the backing device) and copies read in (fills). At most kMaxCheckpointExtents: those in the hottest
+  // segments first when there are more.
+  std::vector<format::CheckpointExtent> clean_extents(uint64_t horizon) const;
+  // Detaching, with no queue and nothing in the background left: writes the clean checkpoint,
+  // then applies `change` to the control area, the update it belongs to. `horizon`: the clean
+  // horizon as that update leaves it.
+  void checkpoint_and_update(uint64_t horizon, const std::function<void(format::ControlArea&)>& change);
   // Makes the sectors the control area lists as lost fail their reads again (after replay: only
   // where no newer key wrote them).
   void restore_lost_ranges(std::span<const format::LostRange> lost);

@@ -349,14 +349,18 @@ uint64_t ExtentIndex::sectors_at_or_above(uint64_t seq) const {
   return total;
 }
 
-std::vector<std::pair<uint64_t, Extent>> ExtentIndex::extents_numbered(uint64_t from, uint64_t to) const {
-  std::vector<std::pair<uint64_t, Extent>> found;
+void ExtentIndex::for_each_extent(absl::FunctionRef<void(uint64_t sector, const Extent& extent)> visit) const {
   for (const Shard& shard : shards_) {
     std::shared_lock lock(shard.mutex);
-    for (const auto& [start, extent] : shard.map) {
-      if (extent.seq >= from && extent.seq < to) found.emplace_back(start, extent);
-    }
+    for (const auto& [start, extent] : shard.map) visit(start, extent);
   }
+}
+
+std::vector<std::pair<uint64_t, Extent>> ExtentIndex::extents_numbered(uint64_t from, uint64_t to) const {
+  std::vector<std::pair<uint64_t, Extent>> found;
+  for_each_extent([&](uint64_t start, const Extent& extent) {
+    if (extent.seq >= from && extent.seq < to) found.emplace_back(start, extent);
+  });
   std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.second.seq < b.second.seq; });
   return found;
 }

@@ -151,6 +151,9 @@ class ExtentIndex {
   // The extents (tombstones included) written by keys numbered in [from, to), with their first
   // sectors, in sequence order. A scan of the whole index: for rare repairs, not the I/O path.
   std::vector<std::pair<uint64_t, Extent>> extents_numbered(uint64_t from, uint64_t to) const;
+  // Visits every extent (tombstones included) with its first sector, shard by shard, each under
+  // its shard's lock held shared: in no particular order. For a detach's checkpoint.
+  void for_each_extent(absl::FunctionRef<void(uint64_t sector, const Extent& extent)> visit) const;
 
   // Keeps activity's live-sector counts and the live sectors' bits in step with every extent that
   // holds data in the region, and notes in contents where each piece of data is placed (activity

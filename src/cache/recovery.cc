@@ -73,7 +73,7 @@ Result<ControlRead> read_control(const pmem::Region& region, const format::Super
 
 }  // namespace
 
-Status Engine::recover() {
+Status Engine::recover(const std::optional<CleanCheckpoint>& clean) {
   const std::string where = "cache on " + options_.region_path;
   auto read = read_control(*region_, superblock_);
   if (!read.ok()) return read.status().with_context(where);
@@ -109,10 +109,14 @@ Status Engine::recover() {
            uint64_t{key.offset_sectors} * format::kSectorSize >= format::kSegmentHeaderSize &&
            (uint64_t{key.offset_sectors} + key.sectors) * format::kSectorSize <= superblock_.segment_size;
   };
+  // Whether the segment's header is whole and names that type and generation.
+  auto segment_is = [&](uint32_t segment, format::SegmentType type, uint32_t generation) {
+    return segment < superblock_.segment_count && !header_damaged[segment] && headers[segment].type == type &&
+           headers[segment].generation == generation;
+  };
   // Whether a data key points into a data segment of its generation, where its data can be.
   auto in_place = [&](const format::Key& key) {
-    return in_range(key) && !header_damaged[key.segment] && headers[key.segment].type == format::SegmentType::Data &&
-           headers[key.segment].generation == key.generation;
+    return in_range(key) && segment_is(key.segment, format::SegmentType::Data, key.generation);
   };
 
   // Read every journal from its head. Keys below the clean horizon are already on the backing
@@ -124,9 +128,8 @@ Status Engine::recover() {
   for (uint32_t slot = 0; slot < format::kMaxJournals; ++slot) {
     const format::JournalHead head = control.journals[slot];
     if (!head.in_use()) continue;
-    if (head.segment >= superblock_.segment_count || header_damaged[head.segment] ||
-        headers[head.segment].type != format::SegmentType::Journal || headers[head.segment].journal_slot != slot ||
-        headers[head.segment].generation != head.generation) {
+    if (!segment_is(head.segment, format::SegmentType::Journal, head.generation) ||
+        headers[head.segment].journal_slot != slot) {
       return Status::error(EBADMSG, where + ": journal " + std::to_string(slot) + " starts in segment " +
                                         std::to_string(head.segment) + ", whose header does not belong to it");
     }
@@ -215,6 +218,19 @@ Status Engine::recover() {
            retired.contains({key.segment, key.generation});
   };
   std::map<uint32_t, uint64_t> data_segments;  // segment -> newest dirty key in it
+  // The clean data first: every replayed key is newer (the checkpoint's extents are all clean).
+  if (clean && clean->header.control_update_seq == control.update_seq) {
+    restore_clean_data(
+        *clean,
+        [&](uint32_t segment, uint32_t generation) {
+          return segment_is(segment, format::SegmentType::Data, generation);
+        },
+        data_segments);
+  } else if (clean) {
+    spdlog::info("{}: the clean checkpoint belongs to update {} of the control area, which is at update {} (the "
+                 "detach that wrote it was cut short); it is ignored",
+                 where, clean->header.control_update_seq, control.update_seq);
+  }
   const uint64_t device_sectors = backing_->size() >> format::kSectorShift;
   for (const format::Key& key : live) {
     // Requests past the end of the device are refused before they get a key, so such a key is
@@ -323,6 +339,34 @@ Status Engine::recover() {
     control_->update(writer, [](format::ControlArea& c) { c.flags &= ~format::ControlArea::kCleanShutdown; });
   }
   return Status();
+}
+
+void Engine::restore_clean_data(const CleanCheckpoint& clean,
+                                const std::function<bool(uint32_t segment, uint32_t generation)>& holds_data_of,
+                                std::map<uint32_t, uint64_t>& data_segments) {
+  uint64_t kept = 0;
+  size_t dropped = 0;
+  for (const format::CheckpointExtent& extent : clean.extents) {
+    // (The decoder checked that the extent lies within its segment's data and the device.)
+    const uint64_t offset = uint64_t{extent.offset_sectors} * format::kSectorSize;
+    const uint64_t bytes = uint64_t{extent.sectors} * format::kSectorSize;
+    // A bad block anywhere in the segment keeps it out: a segment with one is retired once
+    // nothing lives in it, which restoring clean data into it would put off for good.
+    if (!holds_data_of(extent.segment, extent.generation) || segment_has_bad_block(extent.segment)) {
+      ++dropped;  // read from the backing device again instead
+      continue;
+    }
+    // As a fill: a clean copy, which every key wins over.
+    index_.insert(extent.sector, extent.sectors, superblock_.segment_offset(extent.segment) + offset, 0, Extent::kFill);
+    data_segments.try_emplace(extent.segment, 0);
+    kept += bytes;
+  }
+  restored_clean_bytes_ = kept;
+  spdlog::info("cache on {}: {} of clean data restored from the checkpoint ({} extents{})", options_.region_path,
+               format_size(kept), clean.extents.size() - dropped,
+               dropped == 0 ? std::string()
+                            : ", " + std::to_string(dropped) + " dropped: their segment was damaged, reused or has a "
+                                                               "bad block");
 }
 
 void Engine::restore_lost_ranges(std::span<const format::LostRange> lost) {

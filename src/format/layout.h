@@ -52,6 +52,14 @@ static_assert(kControlSlotBytes <= 4 * KiB);
 
 inline constexpr uint64_t kScratchOffset = 2 * MiB;
 inline constexpr uint64_t kScratchLength = 8 * MiB;
+
+// The clean checkpoint (format/clean_checkpoint.h) lives in the scratch area between a detach and
+// the next attach, which reads it before anything calibrates there: a header block, then extents.
+inline constexpr uint32_t kCheckpointMagic = 0x504b4350;  // "PCKP"
+inline constexpr size_t kCheckpointHeaderSize = 40;
+inline constexpr size_t kCheckpointExtentSize = 24;
+inline constexpr uint64_t kCheckpointExtentsOffset = kScratchOffset + kBlockSize;
+inline constexpr uint64_t kMaxCheckpointExtents = (kScratchLength - kBlockSize) / kCheckpointExtentSize;
 inline constexpr uint64_t kDataStart = kScratchOffset + kScratchLength;
 
 // Segments.

@@ -193,6 +193,9 @@ std::vector<MetricFamily> cache_families(const std::vector<CacheSample>& caches)
           [](const S& s) { return s.data_crc_errors; });
   gauge("pcached_recovery_duration_seconds", "How long the last attach (recovery) took.",
         [](const S& s) { return s.recovery_seconds; });
+  gauge("pcached_recovery_restored_clean_bytes",
+        "Clean data the last detach's checkpoint kept in the cache through the last attach.",
+        [](const S& s) { return s.restored_clean_bytes; });
   gauge("pcached_index_bytes", "DRAM held by the extent index.", [](const S& s) { return s.index_bytes; });
   gauge("pcached_index_extents", "Extents in the index.", [](const S& s) { return s.extents; });
   gauge("pcached_live_map_bytes", "DRAM held by the live-sector map (a bit per sector of the data area).",

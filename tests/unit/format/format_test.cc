@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "format/clean_checkpoint.h"
 #include "format/control_area.h"
 #include "format/crc32c.h"
 #include "format/data_hash.h"
@@ -353,4 +354,54 @@ TEST_CASE("a key set whose data was fenced first carries no digest, data keys or
   REQUIRE(header.ok());
   CHECK(header->kind == KeySetKind::HashedKeys);
   CHECK(decoded == keys);
+}
+
+TEST_CASE("a clean checkpoint round-trips, is salted, and refuses extents out of order or out of bounds",
+          "[format][checkpoint]") {
+  const CheckpointBounds bounds{8, 1 * MiB, 65536};
+  const std::vector<CheckpointExtent> extents = {{0, 8, 0, 8, 3}, {8, 16, 1, 2032, 1}, {4096, 2040, 7, 8, 9}};
+  const std::vector<std::byte> bytes = encode_checkpoint_extents(extents);
+  REQUIRE(bytes.size() == extents.size() * kCheckpointExtentSize);
+  const CheckpointHeader header = describe_checkpoint_extents(bytes, 42, 99);
+  CHECK(header.control_update_seq == 42);
+  CHECK(header.extent_count == 3);
+  std::array<std::byte, kCheckpointHeaderSize> header_bytes;
+  encode_checkpoint_header(header, 99, header_bytes);
+  REQUIRE(decode_checkpoint_header(header_bytes, 99).value() == header);
+  CHECK(decode_checkpoint_extents(header, bytes, 99, bounds).value() == extents);
+
+  // Another cache's salt, a flipped byte anywhere, an erased header.
+  CHECK(decode_checkpoint_header(header_bytes, 98).status().code() == EBADMSG);
+  CHECK(decode_checkpoint_extents(header, bytes, 98, bounds).status().code() == EBADMSG);
+  for (size_t i = 4; i < header_bytes.size(); ++i) {
+    auto copy = header_bytes;
+    copy[i] ^= std::byte{0x02};
+    CHECK(decode_checkpoint_header(copy, 99).status().code() == EBADMSG);
+  }
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    auto copy = bytes;
+    copy[i] ^= std::byte{0x02};
+    CHECK(decode_checkpoint_extents(header, copy, 99, bounds).status().code() == EBADMSG);
+  }
+  std::array<std::byte, kCheckpointHeaderSize> erased{};
+  CHECK(decode_checkpoint_header(erased, 99).status().code() == ENODATA);
+  // Fewer bytes than the header counts.
+  CHECK(decode_checkpoint_extents(header, std::span(bytes).first(48), 99, bounds).status().code() == EBADMSG);
+
+  // Extents that pass their checksum but could not have been written: each is refused, named.
+  auto refused = [&](std::vector<CheckpointExtent> bad, const std::string& words) {
+    const std::vector<std::byte> bad_bytes = encode_checkpoint_extents(bad);
+    auto decoded = decode_checkpoint_extents(describe_checkpoint_extents(bad_bytes, 1, 99), bad_bytes, 99, bounds);
+    REQUIRE_FALSE(decoded.ok());
+    CHECK(decoded.status().code() == EBADMSG);
+    INFO(decoded.status().message());
+    CHECK(decoded.status().message().find(words) != std::string::npos);
+  };
+  refused({{8, 8, 0, 8, 1}, {12, 8, 0, 64, 1}}, "overlaps");
+  refused({{100, 8, 0, 8, 1}, {50, 8, 0, 64, 1}}, "out of order");
+  refused({{0, 0, 0, 8, 1}}, "empty");
+  refused({{65530, 8, 0, 8, 1}}, "beyond the device");
+  refused({{0, 8, 8, 8, 1}}, "outside");         // no segment 8
+  refused({{0, 8, 0, 0, 1}}, "outside");         // over the segment's header
+  refused({{0, 16, 0, 2040, 1}}, "outside");     // past the segment's end
 }
