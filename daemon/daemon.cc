@@ -342,7 +342,7 @@ nlohmann::json Daemon::describe(const Managed& managed, bool detailed) const {
                    {"media", s.media_errors}, {"data_crc", s.data_crc_errors}};
   doc["settings"] = settings_json(tunables);
   doc["copy_policy"] = managed.cache->copy_policy_description();
-  doc["recovery"] = {{"seconds", s.recovery_seconds}, {"keys", s.recovered_keys}};
+  doc["recovery"] = {{"seconds", s.recovery_seconds}, {"keys", s.recovered_keys}, {"clean_bytes", s.restored_clean_bytes}};
   doc["index_bytes"] = s.index_bytes;
   doc["live_map_bytes"] = s.live_map_bytes;
   doc["extents"] = s.extents;
@@ -437,6 +437,29 @@ void Daemon::interrupt_write_backs() {
     if (managed->cache) managed->cache->interrupt_waits();
     if (managed->detaching != nullptr) managed->detaching->interrupt_waits();  // (owned by its remove)
   }
+}
+
+size_t Daemon::leave_all() {
+  std::lock_guard lock(mutex_);
+  size_t left = 0;
+  for (const auto& [name, managed] : caches_) {
+    if (!managed->cache || !managed->busy.empty()) {
+      ++left;  // failed, or a remove still holds it
+      continue;
+    }
+    if (managed->device) {
+      if (Status status = managed->device->park(); !status.ok()) {
+        spdlog::warn("cache {}: {}; left as after a crash", name, status.message());
+        ++left;
+        continue;
+      }
+    }
+    if (Status status = managed->cache->detach(/*force=*/true); !status.ok()) {
+      spdlog::warn("cache {}: {}", name, status.message());
+      ++left;
+    }
+  }
+  return left;
 }
 
 size_t Daemon::remove_all() {

@@ -47,6 +47,12 @@ class Daemon {
   // (their clients get ECANCELED, the dirty data stays on pmem): the daemon is exiting and leaves
   // the caches to the next one.
   void interrupt_write_backs();
+  // The daemon is exiting and leaves its caches to the next one: each device is parked (what is
+  // under way completes, the rest waits in the driver) and its cache detached, forced, which keeps
+  // the dirty data on pmem and checkpoints the clean data, so that the next daemon starts with it
+  // cached. Returns how many caches are left as after a crash instead (their next attach starts
+  // with the dirty data only). Nothing may be called afterwards.
+  size_t leave_all();
   // An in-process queue on a cache's device (the in-process frontend's only way in; a ublk device
   // refuses). The queue must be released before the cache is removed or the daemon destroyed.
   Result<std::shared_ptr<frontend::SyncQueue>> open_queue(const std::string& name_or_device);

@@ -31,6 +31,11 @@ class ExportedDevice {
   // Stops serving: in-flight I/O completes and no queue of the cache remains afterwards, so the
   // cache may detach. A device still in use (check_unused) is refused and keeps serving.
   virtual Status remove() = 0;
+  // Stops serving but leaves the device to the next daemon (the daemon is exiting): what is
+  // under way completes, and no queue of the cache remains afterwards, so the cache may detach
+  // (forced). Refused (EBUSY, ETIMEDOUT) when that cannot be had; the device then stays as after
+  // a crash. Nothing may be called afterwards but the destructor, which leaves the device too.
+  virtual Status park() = 0;
 
   // A queue on the device for the calling thread, and only for it: the in-process frontend's way
   // in for tests. A ublk device takes its I/O through the kernel and refuses (ENOTSUP). The queue

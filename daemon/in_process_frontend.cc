@@ -36,6 +36,8 @@ class InProcessFrontend::Device final : public ExportedDevice {
     return Status();
   }
   Status remove() override { return check_unused(); }
+  // Nothing reaches it but its queues: with none open, nothing is under way.
+  Status park() override { return check_unused(); }
 
   Result<std::shared_ptr<frontend::SyncQueue>> open_queue() override {
     // As many queues as the device was set up with, as a ublk device has as many hardware queues.

@@ -153,7 +153,11 @@ int main(int argc, char** argv) {
     spdlog::warn("{} cache(s) could not be removed", left);
   }
   // Leave the devices to the next pcachedd: the driver holds their I/O until it recovers them.
-  // Everything acknowledged is durable already, so there is nothing to write on the way out.
+  // Everything acknowledged is durable already; what is written on the way out is the clean
+  // data's checkpoint, so that the next daemon starts with it cached.
+  if (const size_t left = daemon.value()->leave_all(); left != 0) {
+    spdlog::warn("{} cache(s) left without a checkpoint of their clean data", left);
+  }
   spdlog::info(in_process ? "exiting; the next pcachedd attaches the caches again"
                           : "exiting; devices stay for the next pcachedd to recover");
   std::fflush(nullptr);

@@ -25,6 +25,8 @@ class UblkExport final : public ExportedDevice {
     if (Status busy = check_unused(); !busy.ok()) return busy;
     return device_->remove();
   }
+  // (A request the backing device does not answer within this is left to the next daemon.)
+  Status park() override { return device_->park(std::chrono::seconds(10)); }
   Result<std::shared_ptr<frontend::SyncQueue>> open_queue() override {
     return Status::error(ENOTSUP, name() + ": I/O goes through the block device, not an in-process queue");
   }

@@ -157,6 +157,23 @@ std::vector<std::vector<int>> UblkDevice::queue_cpus() const {
   return cpus;
 }
 
+Status UblkDevice::park(std::chrono::milliseconds timeout) {
+  for (const auto& queue : queues_) queue->request_park();
+  removed_ = true;  // left to the next server: the destructor does not remove it
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  unsigned held = 0;
+  for (const auto& queue : queues_) {
+    if (!queue->wait_finished(deadline)) {
+      return Status::error(ETIMEDOUT, block_device() + ": a queue still serves a request after " +
+                                          std::to_string(timeout.count()) + " ms; not parked");
+    }
+    queue->join();
+    held += queue->held_requests();
+  }
+  spdlog::info("{}: parked for the next pcachedd ({} request(s) held in the driver for it)", block_device(), held);
+  return Status();
+}
+
 Status UblkDevice::remove() {
   Status stopped = control_.stop(info_.id);
   // STOP_DEV still pending: requests the queues have not committed yet, so joining them now would

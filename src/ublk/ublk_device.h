@@ -43,6 +43,12 @@ class UblkDevice {
 
   // STOP_DEV (in-flight I/O completes, the disk goes), the queues drain, DEL_DEV.
   Status remove();
+  // Stops serving and leaves the device to the next server (user recovery): each queue
+  // completes what it started and holds the rest (UblkQueue::request_park); no queue of the
+  // cache is left when it returns. The device is then neither served nor removed by this object.
+  // ETIMEDOUT if a queue is still serving a request after `timeout` (a backing device that does
+  // not answer): the queues that are not parked go on serving until the process exits.
+  Status park(std::chrono::milliseconds timeout);
 
  private:
   UblkDevice(ControlDevice& control, cache::QueueTarget& target, const QueueThreadSettings& threads)

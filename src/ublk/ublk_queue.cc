@@ -26,6 +26,10 @@ class UblkQueue::Tag final : public io::CompletionHandler, public cache::Request
   // The driver answered our FETCH/COMMIT_AND_FETCH: a request is waiting, or the tag is aborted.
   void on_completion(int result) override {
     if (result == UBLK_IO_RES_OK) {
+      if (queue_.parking_.load(std::memory_order_relaxed)) {
+        ++queue_.held_;  // not started: the driver re-issues it to the next server
+        return;
+      }
       serve();
       return;
     }
@@ -37,11 +41,13 @@ class UblkQueue::Tag final : public io::CompletionHandler, public cache::Request
 
   // The engine finished the request: commit its result and fetch the next one in one command.
   void complete(int result) override {
+    --queue_.serving_;
     queue_.submit_command(*this, io_opcode(kCommitAndFetchRequest, queue_.settings_.ioctl_encoded), result);
   }
 
  private:
   void serve() {
+    ++queue_.serving_;
     const ublksrv_io_desc& desc = queue_.descriptors_[tag_];
     cache::Request request;
     request.sector = desc.start_sector;
@@ -175,6 +181,11 @@ void UblkQueue::run() {
   setup_state_.notify_all();
   if (setup_status_.ok()) serve();
   if (ring_) ring_->unregister_fd_for_this_thread();  // before the thread ends (io::Ring)
+  {
+    std::lock_guard lock(finished_mutex_);
+    finished_ = true;
+  }
+  finished_changed_.notify_all();
 }
 
 void UblkQueue::serve() {
@@ -183,6 +194,14 @@ void UblkQueue::serve() {
   // key fence, and complete together at end_batch (their COMMIT_AND_FETCH commands go out with
   // the next wait).
   while (live_tags_ > 0 || ring_->in_flight() > 0) {
+    if (parking_.load(std::memory_order_relaxed) && serving_ == 0) {
+      // Every request started is complete: its commit goes out now, and the queue of the cache
+      // goes (its open segments sealed), so that the cache can detach. The ring and its pending
+      // fetches stay until the process exits, as after a crash.
+      ring_->submit();
+      engine_queue_.reset();
+      return;
+    }
     engine_queue_->begin_batch();
     ring_->wait_and_dispatch(std::chrono::seconds(1));
     engine_queue_->end_batch();
@@ -193,6 +212,11 @@ Status UblkQueue::start() {
   thread_ = std::thread([this] { run(); });
   setup_state_.wait(0);
   return setup_status_;
+}
+
+bool UblkQueue::wait_finished(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lock(finished_mutex_);
+  return finished_changed_.wait_until(lock, deadline, [this] { return finished_; });
 }
 
 void UblkQueue::join() {

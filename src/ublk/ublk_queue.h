@@ -6,8 +6,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -37,8 +39,21 @@ class UblkQueue {
 
   // Starts the thread; returns once every tag's FETCH is submitted (or setting up failed).
   Status start();
-  // Waits for the thread: it ends once the driver aborted every tag (STOP_DEV or recovery).
+  // Waits for the thread: it ends once the driver aborted every tag (STOP_DEV or recovery), or
+  // once it is parked.
   void join();
+  // Asks the thread to stop serving while the device stays (the daemon is exiting and leaves the
+  // device to the next one, user recovery): the requests it is serving complete and are committed;
+  // those the driver hands it from now on are held, never started, and go to the next server
+  // (UBLK_F_USER_RECOVERY_REISSUE). The thread then releases its queue of the cache and ends
+  // (join). Returns at once; the thread notices within a second.
+  void request_park() { parking_.store(true, std::memory_order_relaxed); }
+  // Waits until the thread has ended (parked, or every tag aborted) or `deadline` has passed;
+  // whether it ended.
+  bool wait_finished(std::chrono::steady_clock::time_point deadline);
+  // Requests the driver handed the queue after it began to park (reissued to the next server);
+  // read once finished.
+  unsigned held_requests() const { return held_; }
   // The CPUs the thread is bound to (empty: any).
   const std::vector<int>& cpus() const { return settings_.cpus; }
 
@@ -62,6 +77,12 @@ class UblkQueue {
   size_t buffers_length_ = 0;
   std::vector<std::unique_ptr<Tag>> tags_;
   unsigned live_tags_ = 0;
+  unsigned serving_ = 0;  // requests handed to the engine and not yet completed
+  std::atomic<bool> parking_{false};
+  std::mutex finished_mutex_;
+  std::condition_variable finished_changed_;
+  bool finished_ = false;  // under finished_mutex_
+  unsigned held_ = 0;
 
   std::thread thread_;
   std::atomic<int> setup_state_{0};  // 0 pending, 1 ready, -errno failed

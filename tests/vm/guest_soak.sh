@@ -141,6 +141,13 @@ while [ "$restart" -lt "$RESTARTS" ]; do
   echo "$DAEMON_PID" >/tmp/daemon.pid
   echo $((restart + 1)) >/tmp/daemon.gen
   echo "soak: restart $restart: pcachedd $DAEMON_PID recovered /dev/ublkb0 in $(($(now) - began)) s"
+  if [ "$signal" = TERM ]; then
+    # SIGTERM parks the device (fio's requests wait in the driver) and checkpoints the clean data.
+    grep -q "ublkb0: parked for the next pcachedd" "/tmp/pcachedd.$restart.log" || fail "SIGTERM did not park /dev/ublkb0"
+    kept=$(status_field soak recovery clean_bytes)
+    [ "${kept:-0}" -gt 0 ] || fail "no clean data kept through the SIGTERM restart"
+    echo "soak: restart $restart: $((kept >> 20)) MiB of clean data kept cached through it"
+  fi
 done
 
 # The last passes end on their own; a failed one ends the soak at once.

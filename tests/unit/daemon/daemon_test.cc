@@ -723,3 +723,46 @@ TEST_CASE("a new daemon on the same state directory brings every cache back with
   CHECK(d.ok("remove", {{"name", "web"}})["written_back"] == true);
   CHECK(backing_holds(web, 21, 0, 256));
 }
+
+TEST_CASE("a daemon that exits parks its caches: the next one starts with the clean data cached and the dirty data "
+          "replayed",
+          "[daemon][in-process][checkpoint]") {
+  CacheFiles web(kRegionBytes, kBackingBytes), db(kRegionBytes, kBackingBytes), busy(kRegionBytes, kBackingBytes);
+  DaemonUnderTest d;
+  d.ok("add", held_dirty(add_args(web, "web")));  // still dirty at the exit
+  d.ok("add", add_args(db, "db"));
+  d.ok("add", add_args(busy, "busy"));
+  {
+    auto web_queue = d.queue("web");
+    auto db_queue = d.queue("db");
+    write_pattern(*web_queue, 31, 0, 256);
+    write_pattern(*db_queue, 32, 8192, 128);
+  }
+  d.ok("flush", {{"name", "db"}});
+  const uint64_t db_cached = d.ok("status", {{"name", "db"}})["cached_bytes"].get<uint64_t>();
+  REQUIRE(db_cached == 128 * 512);
+  {
+    // A queue still open: that cache cannot be parked, and is left as after a crash.
+    auto busy_queue = d.queue("busy");
+    write_pattern(*busy_queue, 33, 0, 64);
+    CHECK(d.daemon().leave_all() == 1);
+  }
+  d.stop();
+  d.start();
+
+  const json db_status = d.ok("status", {{"name", "db"}});
+  CHECK(db_status["recovery"]["clean_bytes"] == db_cached);
+  CHECK(db_status["cached_bytes"] == db_cached);
+  const json web_status = d.ok("status", {{"name", "web"}});
+  CHECK(web_status["recovery"]["keys"].get<uint64_t>() > 0);
+  CHECK(web_status["dirty_bytes"] == 256 * 512);
+  CHECK(d.ok("status", {{"name", "busy"}})["recovery"]["clean_bytes"] == 0);
+  auto web_queue = d.queue("web");
+  auto db_queue = d.queue("db");
+  auto busy_queue = d.queue("busy");
+  CHECK(reads_back(*web_queue, 31, 0, 256));
+  CHECK(reads_back(*db_queue, 32, 8192, 128));
+  CHECK(reads_back(*busy_queue, 33, 0, 64));
+  // Every read of the clean data was a hit.
+  CHECK(d.ok("status", {{"name", "db"}})["reads"]["misses"] == 0);
+}
