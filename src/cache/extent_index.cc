@@ -192,7 +192,7 @@ void ExtentIndex::lookup(uint64_t sector, uint32_t sectors, StripeVisitor visito
   absl::InlinedVector<Piece, 8> pieces;
   for_each_stripe(sector, sectors, [&](uint64_t begin, uint64_t end) {
     const Shard& shard = shards_[shard_of(begin)];
-    std::shared_lock lock(shard.mutex);
+    std::lock_guard lock(shard.mutex);
     pieces.clear();
     uint64_t cursor = begin;
     for (auto it = first_overlapping(shard.map, begin); it != shard.map.end() && it->first < end; ++it) {
@@ -295,7 +295,7 @@ ExtentIndex::RangeState ExtentIndex::probe(uint64_t sector, uint32_t sectors, ui
   for_each_stripe(sector, sectors, [&](uint64_t begin, uint64_t end) {
     if (state.dirty) return;
     const Shard& shard = shards_[shard_of(begin)];
-    std::shared_lock lock(shard.mutex);
+    std::lock_guard lock(shard.mutex);
     for (auto it = first_overlapping(shard.map, begin); it != shard.map.end() && it->first < end; ++it) {
       // A tombstone is not cached data, but one at or above dirty_from is a discard not yet
       // passed down: dirty, for whoever would write to the device under it. Lost data never
@@ -341,7 +341,7 @@ uint64_t ExtentIndex::cached_sectors() const {
 uint64_t ExtentIndex::sectors_at_or_above(uint64_t seq) const {
   uint64_t total = 0;
   for (const Shard& shard : shards_) {
-    std::shared_lock lock(shard.mutex);
+    std::lock_guard lock(shard.mutex);
     for (const auto& [start, extent] : shard.map) {
       if (extent.seq >= seq && extent.counts_as_cached()) total += extent.sectors;
     }
@@ -351,7 +351,7 @@ uint64_t ExtentIndex::sectors_at_or_above(uint64_t seq) const {
 
 void ExtentIndex::for_each_extent(absl::FunctionRef<void(uint64_t sector, const Extent& extent)> visit) const {
   for (const Shard& shard : shards_) {
-    std::shared_lock lock(shard.mutex);
+    std::lock_guard lock(shard.mutex);
     for (const auto& [start, extent] : shard.map) visit(start, extent);
   }
 }

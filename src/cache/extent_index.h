@@ -15,8 +15,8 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <optional>
-#include <shared_mutex>
 #include <span>
 #include <vector>
 
@@ -100,7 +100,7 @@ class ExtentIndex {
   // Sets flag on the extents of the range that the key with sequence number seq wrote.
   void mark(uint64_t sector, uint32_t sectors, uint64_t seq, uint32_t flag);
 
-  // Visits the range stripe by stripe, in order, under each stripe's shard lock held shared:
+  // Visits the range stripe by stripe, in order, under each stripe's shard lock:
   // the visitor may copy the cached data while no one can evict it. The visitor also gets the
   // shard's change count, for insert_fill.
   // (A function reference and pieces gathered on the stack: a read hit allocates nothing.)
@@ -152,7 +152,7 @@ class ExtentIndex {
   // sectors, in sequence order. A scan of the whole index: for rare repairs, not the I/O path.
   std::vector<std::pair<uint64_t, Extent>> extents_numbered(uint64_t from, uint64_t to) const;
   // Visits every extent (tombstones included) with its first sector, shard by shard, each under
-  // its shard's lock held shared: in no particular order. For a detach's checkpoint.
+  // its shard's lock: in no particular order. For a detach's checkpoint.
   void for_each_extent(absl::FunctionRef<void(uint64_t sector, const Extent& extent)> visit) const;
 
   // Keeps activity's live-sector counts and the live sectors' bits in step with every extent that
@@ -171,7 +171,10 @@ class ExtentIndex {
                                CountingAllocator<std::pair<const uint64_t, Extent>>>;
   struct alignas(64) Shard {
     Shard() : map(CountingAllocator<std::pair<const uint64_t, Extent>>(&memory)) {}
-    mutable std::shared_mutex mutex;
+    // Exclusive for readers too. A std::shared_mutex (glibc's pthread rwlock) here lost a wakeup
+    // under load: a lookup and writeback's drop_tombstones both slept on a stripe's lock that
+    // was free, and the I/O hung. Readers hold it for a copy, and queues rarely share a stripe.
+    mutable std::mutex mutex;
     std::atomic<int64_t> memory{0};
     Map map;
     uint64_t change_count = 0;  // under mutex
