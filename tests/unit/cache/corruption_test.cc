@@ -836,7 +836,7 @@ TEST_CASE("memory failures where the journals go on while GC moves dirty data: q
   Model model(kBackingBytes / kSector);
   constexpr uint64_t kRange = 6 * MiB / kSector;
   REQUIRE(random_workload(*queue, model, 0, kRange, 91, 1500, 1) == "");
-  REQUIRE(eventually([&] { return cache->stats().gc_moved_dirty_bytes > 0; }, std::chrono::seconds(10)));
+  REQUIRE(eventually([&] { return cache->stats().gc_moved_dirty_bytes > 0; }, std::chrono::seconds(60)));
   // Between requests the queue's journal stands still; GC's may move on after the scan, past the
   // page (then nothing writes there anyway).
   uint64_t reported = 0;
@@ -893,7 +893,7 @@ TEST_CASE("a memory failure where GC's journal goes on, within a GC run: its key
   for (uint64_t seed = 10; cache->stats().gc_moved_dirty_bytes == 0 && seed < 40; ++seed) {
     REQUIRE(random_workload(*queue, model, 0, range, seed, 500, seed * 1000) == "");
   }
-  REQUIRE(eventually([&] { return cache->stats().gc_moved_dirty_bytes > 0; }, std::chrono::seconds(10)));
+  REQUIRE(eventually([&] { return cache->stats().gc_moved_dirty_bytes > 0; }, std::chrono::seconds(60)));
   {
     std::lock_guard lock(mutex);
     armed = true;
