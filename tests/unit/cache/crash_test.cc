@@ -1036,10 +1036,15 @@ TEST_CASE("a power cut in a detach's clean checkpoint, or in the attach that use
       after.emplace(std::move(cut_image), read_file(copy.files.backing.path()));
     });
     run(copy, simulator);
-    std::lock_guard lock(mutex);
+    bool cut_happened = false;
+    {
+      std::lock_guard lock(mutex);
+      cut_happened = after.has_value();
+    }
     // The events of a run vary with timing (writeback, GC): a cut point past this run's last
-    // event cuts at its end instead.
-    if (!after) after.emplace(simulator.image_after_power_cut(cut), read_file(copy.files.backing.path()));
+    // event cuts at its end instead. (Not under `mutex`: the simulator takes its own lock, under
+    // which the cut handler takes ours. The run is over, so nothing else touches `after`.)
+    if (!cut_happened) after.emplace(simulator.image_after_power_cut(cut), read_file(copy.files.backing.path()));
     ++totals.crash_points;
     const RecoveredCopy again(after->first, after->second);
     REQUIRE(verify_recovery(again, "nt", model, {}, id, totals, "cut at event " + std::to_string(at)));
